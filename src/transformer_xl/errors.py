@@ -1,0 +1,24 @@
+"""User-facing errors.
+
+Every error that is the user's to fix (bad input, bad config, a foreign or truncated checkpoint)
+is raised as a :class:`TXLError` subclass. The command line prints its message as one line and
+exits with status 2; library callers can catch it like any exception.
+"""
+
+
+class TXLError(Exception):
+    """Base class of errors caused by user input; the message is one line, ready to print."""
+
+    exit_code = 2
+
+
+class ConfigError(TXLError, ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class CheckpointError(TXLError):
+    """A checkpoint or state dict is missing, truncated, foreign or does not match the config."""
+
+
+class DataError(TXLError):
+    """A corpus, vocabulary or input file is missing, empty, undecodable or unknown."""
