@@ -1,0 +1,152 @@
+"""Adaptive input embeddings (Baevski & Auli, 2019) and the projected adaptive log-softmax
+(Grave et al., 2017), as the paper uses them for large vocabularies.
+
+The vocabulary is split by ``cutoffs`` into clusters ``[0, c_1), [c_1, c_2), ..., [c_n, V)``.
+Cluster ``i`` has embedding size ``d_embed // div_val**i`` and its own projection to
+``d_proj = d_model``. The softmax head holds the shortlist (cluster 0) plus one logit per tail
+cluster; a tail token's log-probability is its cluster's head log-probability plus its
+log-probability within the cluster.
+
+Layout note, kept for checkpoint compatibility: the paper's code reads the head log-probability
+of tail cluster ``i`` (1-based) from head column ``-i``, i.e. from ``cluster_weight`` row
+``n_clusters - i``. This module does the same, so converted weights give identical results.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _cluster_bounds(n_token: int, cutoffs: List[int]) -> List[int]:
+    """``[0, c_1, ..., c_n, V]``."""
+    return [0] + list(cutoffs) + [n_token]
+
+
+class AdaptiveEmbedding(nn.Module):
+    """Token ids ``[...]`` -> embeddings ``[..., d_proj]``, scaled by ``sqrt(d_proj)``."""
+
+    def __init__(self, n_token: int, d_embed: int, d_proj: int, cutoffs: List[int], div_val: int = 1):
+        super().__init__()
+        self.n_token, self.d_embed, self.d_proj, self.div_val = n_token, d_embed, d_proj, div_val
+        self.bounds = _cluster_bounds(n_token, cutoffs)
+        self.emb_scale = d_proj ** 0.5
+        self.emb_layers = nn.ModuleList()
+        self.emb_projs = nn.ParameterList()
+        if div_val == 1:
+            self.emb_layers.append(nn.Embedding(n_token, d_embed))
+            if d_proj != d_embed:
+                self.emb_projs.append(nn.Parameter(torch.zeros(d_proj, d_embed)))
+        else:
+            for i in range(len(self.bounds) - 1):
+                d_emb_i = d_embed // (div_val ** i)
+                self.emb_layers.append(nn.Embedding(self.bounds[i + 1] - self.bounds[i], d_emb_i))
+                self.emb_projs.append(nn.Parameter(torch.zeros(d_proj, d_emb_i)))
+
+    def forward(self, inp: Tensor) -> Tensor:
+        if self.div_val == 1:
+            embed = self.emb_layers[0](inp)  # [..., d_embed]
+            if self.d_proj != self.d_embed:
+                embed = F.linear(embed, self.emb_projs[0])  # [..., d_proj]
+            return embed * self.emb_scale
+        flat = inp.reshape(-1)  # [N]
+        weight_dtype = self.emb_projs[0].dtype
+        out = torch.zeros(flat.size(0), self.d_proj, dtype=weight_dtype, device=flat.device)  # [N, d_proj]
+        for i, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+            idx = ((flat >= lo) & (flat < hi)).nonzero().squeeze(1)  # [N_i]
+            if idx.numel() == 0:
+                continue
+            emb_i = self.emb_layers[i](flat.index_select(0, idx) - lo)  # [N_i, d_emb_i]
+            emb_i = F.linear(emb_i, self.emb_projs[i])  # [N_i, d_proj]
+            out = out.index_copy(0, idx, emb_i.to(out.dtype))
+        return out.view(*inp.shape, self.d_proj) * self.emb_scale
+
+
+class ProjectedAdaptiveLogSoftmax(nn.Module):
+    """Hidden states ``[N, d_proj]`` -> log-probabilities of targets ``[N]`` or of the full vocabulary.
+
+    Log-softmax is always computed in float32, also under autocast.
+    """
+
+    def __init__(self, n_token: int, d_embed: int, d_proj: int, cutoffs: List[int], div_val: int = 1):
+        super().__init__()
+        self.n_token, self.d_embed, self.d_proj, self.div_val = n_token, d_embed, d_proj, div_val
+        self.bounds = _cluster_bounds(n_token, cutoffs)
+        self.n_clusters = len(cutoffs)
+        self.shortlist_size = self.bounds[1]
+        self.head_size = self.shortlist_size + self.n_clusters
+        if self.n_clusters > 0:
+            self.cluster_weight = nn.Parameter(torch.zeros(self.n_clusters, d_embed))
+            self.cluster_bias = nn.Parameter(torch.zeros(self.n_clusters))
+        self.out_layers = nn.ModuleList()
+        self.out_projs = nn.ParameterList()
+        if div_val == 1:
+            for _ in range(self.n_clusters + 1):
+                self.out_projs.append(nn.Parameter(torch.zeros(d_proj, d_embed)) if d_proj != d_embed else None)
+            self.out_layers.append(nn.Linear(d_embed, n_token))
+        else:
+            for i in range(self.n_clusters + 1):
+                d_emb_i = d_embed // (div_val ** i)
+                self.out_projs.append(nn.Parameter(torch.zeros(d_proj, d_emb_i)))
+                self.out_layers.append(nn.Linear(d_emb_i, self.bounds[i + 1] - self.bounds[i]))
+
+    # ------------------------------------------------------------------ per-cluster pieces
+    def _cluster_params(self, i: int):
+        """Output weight ``[V_i (+n_clusters for the head), d_emb_i]``, bias and projection of cluster i."""
+        if self.div_val == 1:
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            weight, bias = self.out_layers[0].weight[lo:hi], self.out_layers[0].bias[lo:hi]
+        else:
+            weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
+        if i == 0 and self.n_clusters > 0:
+            weight = torch.cat([weight, self.cluster_weight], dim=0)
+            bias = torch.cat([bias, self.cluster_bias], dim=0)
+        return weight, bias, self.out_projs[i]
+
+    def _logprob(self, hidden: Tensor, i: int) -> Tensor:
+        """Float32 log-softmax over cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""
+        weight, bias, proj = self._cluster_params(i)
+        if proj is not None:
+            hidden = F.linear(hidden, proj.t())  # [N, d_emb_i]
+        logit = F.linear(hidden, weight, bias)  # [N, V_i]
+        return F.log_softmax(logit.float(), dim=-1)
+
+    def _head_column(self, i: int) -> int:
+        """Head column of tail cluster ``i >= 1`` (the original code's ``[:, -i]``)."""
+        return self.head_size - i
+
+    # ------------------------------------------------------------------ public API
+    def forward(self, hidden: Tensor, target: Tensor) -> Tensor:
+        """Log-probabilities of ``target`` ``[N]`` given ``hidden`` ``[N, d_proj]``: ``[N]`` float32.
+
+        Only the head and the tail clusters that contain targets are evaluated, each on the
+        rows whose target falls in it.
+        """
+        head = self._logprob(hidden, 0)  # [N, head_size]
+        if self.n_clusters == 0:
+            return head.gather(1, target[:, None]).squeeze(1)
+        out = torch.zeros(target.shape, dtype=head.dtype, device=head.device)  # [N]
+        for i, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+            idx = ((target >= lo) & (target < hi)).nonzero().squeeze(1)  # [N_i]
+            if idx.numel() == 0:
+                continue
+            tgt_i = (target.index_select(0, idx) - lo)[:, None]  # [N_i, 1]
+            head_i = head.index_select(0, idx)  # [N_i, head_size]
+            if i == 0:
+                lp = head_i.gather(1, tgt_i).squeeze(1)
+            else:
+                tail = self._logprob(hidden.index_select(0, idx), i)  # [N_i, V_i]
+                lp = head_i[:, self._head_column(i)] + tail.gather(1, tgt_i).squeeze(1)
+            out = out.index_copy(0, idx, lp)
+        return out
+
+    def log_probs(self, hidden: Tensor) -> Tensor:
+        """Full-vocabulary log-probabilities: ``[N, d_proj] -> [N, V]`` float32."""
+        head = self._logprob(hidden, 0)  # [N, head_size]
+        parts = [head[:, : self.shortlist_size]]
+        for i in range(1, self.n_clusters + 1):
+            parts.append(head[:, self._head_column(i), None] + self._logprob(hidden, i))  # [N, V_i]
+        return torch.cat(parts, dim=-1)  # [N, V]

@@ -1,0 +1,174 @@
+"""Model configuration, saved as ``config.json``.
+
+Field names follow the original Transformer-XL release (``MemTransformerLM`` and its ``train.py``
+arguments), so that a checkpoint of the original code maps onto this package one to one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from ..errors import ConfigError
+
+ATTN_TYPES = {
+    0: "relative positions with learned global biases u, v (Transformer-XL, Dai et al. 2019)",
+    1: "learned relative position embeddings per layer (Shaw et al. 2018)",
+    2: "absolute sinusoid positions at the input (vanilla Transformer, Vaswani et al. 2017)",
+    3: "learned absolute position embeddings per layer (Al-Rfou et al. 2018)",
+}
+
+
+@dataclass
+class TransformerXLConfig:
+    """Hyper-parameters of a Transformer-XL language model.
+
+    ``d_embed=None`` means ``d_model``; ``tie_projs=None`` means no projection is tied;
+    ``clamp_len <= 0`` means relative distances are not clamped.
+    """
+
+    n_token: int = 256
+    n_layer: int = 4
+    n_head: int = 8
+    d_model: int = 256
+    d_head: int = 32
+    d_inner: int = 1024
+    d_embed: Optional[int] = None
+    div_val: int = 1
+    cutoffs: List[int] = field(default_factory=list)
+    tie_weight: bool = True
+    tie_projs: Optional[List[bool]] = None
+    pre_lnorm: bool = False
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    tgt_len: int = 128
+    ext_len: int = 0
+    mem_len: int = 128
+    clamp_len: int = -1
+    same_length: bool = False
+    attn_type: int = 0
+    untie_r: bool = False
+    init: str = "normal"
+    init_range: float = 0.1
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+    layer_norm_epsilon: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.d_embed is None:
+            self.d_embed = self.d_model
+        self.cutoffs = [int(c) for c in (self.cutoffs or [])]
+        n_clusters = len(self.cutoffs) + 1
+        ties = [bool(t) for t in (self.tie_projs or [])]
+        if len(ties) > n_clusters:
+            raise ConfigError(
+                f"tie_projs: has {len(ties)} entries but there are only {n_clusters} clusters "
+                f"(len(cutoffs) + 1)"
+            )
+        self.tie_projs = ties + [False] * (n_clusters - len(ties))
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` (a ``ValueError``) naming the first field out of range."""
+        _positive_int(self, "n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "d_embed")
+        _positive_int(self, "div_val", "tgt_len")
+        if self.clamp_len != -1:
+            _non_negative(self, "clamp_len")
+        _non_negative(self, "ext_len", "mem_len")
+        for name in ("dropout", "dropatt"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {value!r}")
+        if self.attn_type not in ATTN_TYPES:
+            raise ConfigError(f"attn_type: must be one of {sorted(ATTN_TYPES)}, got {self.attn_type!r}")
+        if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
+            raise ConfigError(
+                f"d_head: attn_type=3 adds per-layer embeddings of n_head*d_head={self.n_head * self.d_head} "
+                f"to states of d_model={self.d_model}; they must be equal"
+            )
+        if self.d_model % self.n_head != 0:
+            raise ConfigError(f"d_model: {self.d_model} is not divisible by n_head={self.n_head}")
+        cuts = self.cutoffs
+        if any(b <= a for a, b in zip(cuts, cuts[1:])) or any(c <= 0 or c >= self.n_token for c in cuts):
+            raise ConfigError(
+                f"cutoffs: must be strictly increasing, positive and below n_token={self.n_token}, got {cuts}"
+            )
+        for i in range(len(cuts) + 1):
+            if self.d_embed // (self.div_val ** i) < 1:
+                raise ConfigError(
+                    f"div_val: d_embed={self.d_embed} // div_val**{i} is 0 for cluster {i}; "
+                    f"lower div_val or use fewer cutoffs"
+                )
+        if self.init not in ("normal", "uniform"):
+            raise ConfigError(f"init: must be 'normal' or 'uniform', got {self.init!r}")
+        _positive(self, "init_range", "init_std", "proj_init_std", "layer_norm_epsilon")
+        if self.same_length and self.mem_len == 0:
+            raise ConfigError("same_length: needs mem_len > 0 (every query attends to exactly mem_len keys)")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def max_klen(self) -> int:
+        """Longest key length the learned position tables of attn_type 1 and 3 are sized for."""
+        return self.tgt_len + self.ext_len + self.mem_len
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TransformerXLConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        try:
+            return cls(**values)
+        except TypeError as exc:  # wrong value types, e.g. a string where a list belongs
+            raise ConfigError(f"invalid config: {exc}") from None
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "TransformerXLConfig":
+        try:
+            with open(path, "r", encoding="utf-8") as fh:
+                values = json.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a JSON object of config fields")
+        return cls.from_dict(values)
+
+    def replace(self, **changes: Any) -> "TransformerXLConfig":
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+def _positive(cfg: TransformerXLConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{name}: must be a positive number, got {value!r}")
+
+
+def _positive_int(cfg: TransformerXLConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+
+
+def _non_negative(cfg: TransformerXLConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{name}: must be a non-negative integer, got {value!r}")

@@ -1,0 +1,342 @@
+"""The Transformer-XL language model: embedding, layer stack with memory, adaptive softmax.
+
+Public API is batch-first::
+
+    out = model(input_ids, labels=labels, mems=out.mems)   # input_ids, labels: [B, L]
+    out.loss       # mean NLL over non-ignored tokens
+    out.losses     # [B, L] per-token NLL (0 where labels == -100)
+    out.mems       # new memory, n_layer x [B, M, d_model]
+
+``labels[b, t]`` is the token that follows ``input_ids[b, t]`` (the paper's code feeds targets the
+same way); positions labelled ``-100`` are ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
+from .attention import MultiHeadAttn, RelLearnableMultiHeadAttn, RelPartialLearnableMultiHeadAttn, sinusoid_table
+from .config import TransformerXLConfig
+from .memory import Mems, empty_mems, update_mems, update_mems_mask
+
+IGNORE_INDEX = -100
+
+
+@dataclasses.dataclass
+class TransformerXLOutput:
+    """What a forward pass returns. ``loss``/``losses`` are None without labels."""
+
+    loss: Optional[Tensor]
+    losses: Optional[Tensor]  # [B, L]
+    mems: Mems  # n_layer x [B, M, d_model]
+    mems_mask: Optional[Tensor] = None  # [B, M] bool, True = hidden; None when nothing is hidden
+    log_probs: Optional[Tensor] = None  # [B, L, V], when asked for
+    hidden_states: Optional[Tensor] = None  # [B, L, d_model], the last layer's output
+    all_hidden_states: Optional[List[Tensor]] = None  # n_layer + 1 x [B, L, d_model], when asked for
+
+
+class PositionwiseFF(nn.Module):
+    """Position-wise feed-forward block with residual and layer norm (``CoreNet`` as in the paper's code)."""
+
+    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool, eps: float = 1e-5):
+        super().__init__()
+        self.pre_lnorm = pre_lnorm
+        self.CoreNet = nn.Sequential(
+            nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), nn.Dropout(dropout),
+            nn.Linear(d_inner, d_model), nn.Dropout(dropout),
+        )
+        self.layer_norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, inp: Tensor) -> Tensor:  # [B, L, d] -> [B, L, d]
+        if self.pre_lnorm:
+            return inp + self.CoreNet(self.layer_norm(inp))
+        return self.layer_norm(inp + self.CoreNet(inp))
+
+
+class DecoderLayer(nn.Module):
+    """One layer: attention over memory + segment, then the feed-forward block."""
+
+    def __init__(self, cfg: TransformerXLConfig):
+        super().__init__()
+        args = (cfg.n_head, cfg.d_model, cfg.d_head, cfg.dropout, cfg.dropatt, cfg.pre_lnorm, cfg.layer_norm_epsilon)
+        if cfg.attn_type == 0:
+            self.dec_attn = RelPartialLearnableMultiHeadAttn(*args, untie_r=cfg.untie_r)
+        elif cfg.attn_type == 1:
+            self.dec_attn = RelLearnableMultiHeadAttn(*args)
+        else:
+            self.dec_attn = MultiHeadAttn(*args)
+        self.pos_ff = PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm, cfg.layer_norm_epsilon)
+
+    def forward(self, h: Tensor, *pos_args, attn_mask=None, mems=None) -> Tensor:
+        return self.pos_ff(self.dec_attn(h, *pos_args, attn_mask=attn_mask, mems=mems))
+
+
+class TransformerXL(nn.Module):
+    """Transformer-XL language model (``MemTransformerLM`` of the paper's code), batch-first.
+
+    Parameter names equal the original release's, so its state dicts load after only the
+    renames described in :mod:`transformer_xl.convert`.
+    """
+
+    def __init__(self, config: TransformerXLConfig):
+        super().__init__()
+        config.validate()
+        self.config = cfg = config
+        # Lengths used at run time; reset_length changes them (e.g. for evaluation), the saved
+        # config keeps the training values (which size attn_type 1/3's learned tables).
+        self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
+        self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
+        self._create_position_params()
+        self.crit = ProjectedAdaptiveLogSoftmax(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
+        self._tie_weights()
+        self.init_weights()
+
+    # ------------------------------------------------------------------ construction
+    def _create_position_params(self) -> None:
+        cfg = self.config
+        if cfg.attn_type == 0 and not cfg.untie_r:
+            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # u
+            self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
+        elif cfg.attn_type == 1:
+            self.r_emb = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head, cfg.d_head))
+            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_layer, cfg.n_head, cfg.d_head))
+            self.r_bias = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head))
+        elif cfg.attn_type == 3:
+            self.r_emb = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head, cfg.d_head))
+
+    def _tie_weights(self) -> None:
+        cfg = self.config
+        if cfg.tie_weight:
+            for i, layer in enumerate(self.crit.out_layers):
+                layer.weight = self.word_emb.emb_layers[i].weight
+        for i, tie in enumerate(cfg.tie_projs):
+            if tie and cfg.div_val == 1 and cfg.d_model != cfg.d_embed:
+                self.crit.out_projs[i] = self.word_emb.emb_projs[0]
+            elif tie and cfg.div_val != 1:
+                self.crit.out_projs[i] = self.word_emb.emb_projs[i]
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise as the paper's code (``weights_init`` in its ``train.py``) does."""
+        cfg = self.config
+
+        def init_weight(w: Tensor) -> None:
+            if cfg.init == "uniform":
+                nn.init.uniform_(w, -cfg.init_range, cfg.init_range)
+            else:
+                nn.init.normal_(w, 0.0, cfg.init_std)
+
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                init_weight(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                init_weight(module.weight)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.normal_(module.weight, 1.0, cfg.init_std)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, (AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax)):
+                for proj in (module.emb_projs if isinstance(module, AdaptiveEmbedding) else module.out_projs):
+                    if proj is not None:
+                        nn.init.normal_(proj, 0.0, cfg.proj_init_std)
+            elif isinstance(module, RelPartialLearnableMultiHeadAttn) and cfg.untie_r:
+                init_weight(module.r_w_bias)
+                init_weight(module.r_r_bias)
+        if self.crit.n_clusters > 0:
+            init_weight(self.crit.cluster_weight)
+            nn.init.zeros_(self.crit.cluster_bias)
+        for name in ("r_emb", "r_w_bias", "r_r_bias"):
+            if hasattr(self, name):
+                init_weight(getattr(self, name))
+        if hasattr(self, "r_bias"):
+            nn.init.zeros_(self.r_bias)
+        # The embedding is tied to the output layer; the paper's code initialises it last.
+        for emb in self.word_emb.emb_layers:
+            init_weight(emb.weight)
+
+    # ------------------------------------------------------------------ lengths and memory
+    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int) -> None:
+        """Change segment/extension/memory lengths used at run time, e.g. for evaluation.
+
+        The saved config keeps the training lengths. Raises ConfigError for values out of range.
+        """
+        self.config.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len)  # validates
+        self.tgt_len, self.ext_len, self.mem_len = tgt_len, ext_len, mem_len
+
+    def init_mems(self, batch_size: int) -> Mems:
+        """Empty memory (length 0) for a batch of ``batch_size`` rows."""
+        p = next(self.parameters())
+        return empty_mems(self.config.n_layer, batch_size, self.config.d_model, dtype=p.dtype, device=p.device)
+
+    # ------------------------------------------------------------------ masks and positions
+    def _attn_mask(self, qlen: int, mlen: int, device, key_hidden: Optional[Tensor]) -> Tensor:
+        """``[L, K]`` (or ``[B, L, K]`` with hidden keys) bool, True where attention is forbidden."""
+        klen = mlen + qlen
+        ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
+        mask = torch.triu(ones, diagonal=1 + mlen)  # the future
+        if self.config.same_length:
+            mask_len = klen - self.mem_len
+            shift = qlen - mask_len if mask_len > 0 else qlen
+            mask = mask | torch.tril(ones, diagonal=-shift)  # beyond mem_len keys back
+        if key_hidden is None:
+            return mask
+        # Never hide a query from itself, so every row keeps one key (a padded query's output
+        # is finite and ignored).
+        rows = torch.arange(qlen, device=device)
+        diag = torch.zeros(qlen, klen, dtype=torch.bool, device=device)
+        diag[rows, mlen + rows] = True
+        return mask[None] | (key_hidden[:, None, :] & ~diag[None])  # [B, L, K]
+
+    def _pos_seq(self, start: int, device) -> Tensor:
+        """Distances ``start, start-1, ..., 0``, clamped to ``clamp_len`` when it is positive."""
+        pos = torch.arange(start, -1, -1.0, device=device)
+        if self.config.clamp_len > 0:
+            pos = pos.clamp(max=self.config.clamp_len)
+        return pos
+
+    # ------------------------------------------------------------------ the layer stack
+    def transformer(self, input_ids: Tensor, mems: Optional[Sequence[Tensor]] = None,
+                    mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None):
+        """Run the stack: ``input_ids [B, L]`` -> ``(hidden [B, L, d], new_mems, new_mask, hids)``.
+
+        ``hids`` holds the n_layer + 1 intermediate states (each layer's input, then the output).
+        """
+        cfg = self.config
+        bsz, qlen = input_ids.shape
+        if mems is not None and len(mems) == 0:
+            mems = None
+        if mems is not None and len(mems) != cfg.n_layer:
+            raise ValueError(f"mems: expected {cfg.n_layer} tensors (one per layer), got {len(mems)}")
+        mlen = 0 if mems is None else mems[0].size(1)
+        klen = mlen + qlen
+        device = input_ids.device
+        key_hidden = _key_hidden(mems_mask, padding_mask, bsz, mlen, qlen, device)
+        attn_mask = self._attn_mask(qlen, mlen, device, key_hidden)
+
+        word_emb = self.word_emb(input_ids)  # [B, L, d]
+        hids: List[Tensor] = []
+        if cfg.attn_type == 0:
+            pos_emb = self.drop(sinusoid_table(self._pos_seq(klen, device), cfg.d_model).to(word_emb.dtype))  # [K+1, d]
+            core = self.drop(word_emb)
+            for i, layer in enumerate(self.layers):
+                hids.append(core)
+                core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
+                             attn_mask=attn_mask, mems=None if mems is None else mems[i])
+        elif cfg.attn_type == 1:
+            core = self.drop(word_emb)
+            for i, layer in enumerate(self.layers):
+                r_emb, r_bias = self.r_emb[i], self.r_bias[i]  # [T, H, D], [T, H]
+                if cfg.clamp_len > 0:
+                    r_emb, r_bias = r_emb[-cfg.clamp_len:], r_bias[-cfg.clamp_len:]
+                hids.append(core)
+                core = layer(core, r_emb, self.r_w_bias[i], r_bias,
+                             attn_mask=attn_mask, mems=None if mems is None else mems[i])
+        elif cfg.attn_type == 2:
+            pos_emb = sinusoid_table(self._pos_seq(klen - 1, device), cfg.d_model).to(word_emb.dtype)  # [K, d]
+            core = self.drop(word_emb + pos_emb[-qlen:])
+            for i, layer in enumerate(self.layers):
+                hids.append(core)
+                mem_i = None if mems is None else mems[i]
+                if mem_i is not None and i == 0:
+                    mem_i = mem_i + pos_emb[:mlen]  # memory positions, counted back from the segment end
+                core = layer(core, attn_mask=attn_mask, mems=mem_i)
+        else:
+            if qlen > self.r_emb.size(1):
+                raise ConfigError(f"tgt_len: attn_type=3 has learned positions for {self.r_emb.size(1)} keys, "
+                                  f"got a segment of {qlen}")
+            core = self.drop(word_emb)
+            for i, layer in enumerate(self.layers):
+                table = self.r_emb[i].flatten(1)  # [T, d]
+                mem_i = None if mems is None else mems[i]
+                if mem_i is not None and mlen > 0:
+                    mem_i = mem_i + _absolute_rows(table[:-qlen], mlen)
+                core = core + table[-qlen:]
+                hids.append(core)  # the paper's code caches the states with positions added
+                core = layer(core, attn_mask=attn_mask, mems=mem_i)
+        core = self.drop(core)
+        hids.append(core)
+        new_mems = update_mems(hids[:-1], mems, self.mem_len, self.ext_len)
+        new_mask = update_mems_mask(mems_mask, padding_mask, bsz, mlen, qlen, self.mem_len, self.ext_len, device)
+        return core, new_mems, new_mask, hids
+
+    # ------------------------------------------------------------------ the language model
+    def forward(self, input_ids: Tensor, labels: Optional[Tensor] = None, mems: Optional[Sequence[Tensor]] = None,
+                mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
+                return_log_probs: bool = False, output_hidden_states: bool = False) -> TransformerXLOutput:
+        """Language-model forward pass.
+
+        Args:
+            input_ids: ``[B, L]`` token ids.
+            labels: ``[B, L]`` next-token ids, or None; ``-100`` marks positions to ignore.
+            mems: memory from the previous call (``out.mems``), or None to start fresh.
+            mems_mask: ``[B, M]`` bool, memory positions to hide (see :func:`reset_mems`).
+            padding_mask: ``[B, L]`` bool, True on padding tokens: hidden as keys and as memory.
+            return_log_probs: also return full-vocabulary log-probs ``[B, L, V]``.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids: expected [B, L], got shape {list(input_ids.shape)}")
+        hidden, new_mems, new_mask, hids = self.transformer(input_ids, mems, mems_mask, padding_mask)
+        bsz, qlen, d = hidden.shape
+        flat = hidden.reshape(-1, d)  # [B*L, d]
+        loss = losses = log_probs = None
+        if labels is not None:
+            if labels.shape != input_ids.shape:
+                raise ValueError(f"labels: expected shape {list(input_ids.shape)}, got {list(labels.shape)}")
+            target = labels.reshape(-1)
+            ignore = target == IGNORE_INDEX
+            logp = self.crit(flat, target.masked_fill(ignore, 0))  # [B*L]
+            losses = (-logp).masked_fill(ignore, 0.0).view(bsz, qlen)
+            n = (~ignore).sum()
+            loss = losses.sum() / n.clamp(min=1)
+        if return_log_probs:
+            log_probs = self.crit.log_probs(flat).view(bsz, qlen, -1)
+        return TransformerXLOutput(loss=loss, losses=losses, mems=new_mems, mems_mask=new_mask, log_probs=log_probs,
+                                   hidden_states=hidden, all_hidden_states=hids if output_hidden_states else None)
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, directory) -> None:
+        from .io import save_pretrained
+
+        save_pretrained(self, directory)
+
+    @classmethod
+    def from_pretrained(cls, directory, map_location="cpu") -> "TransformerXL":
+        from .io import from_pretrained
+
+        return from_pretrained(directory, map_location=map_location)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def _key_hidden(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor], bsz: int, mlen: int, qlen: int,
+                device) -> Optional[Tensor]:
+    """``[B, M+L]`` bool of keys hidden from every query, or None."""
+    if mems_mask is None and padding_mask is None:
+        return None
+    if mems_mask is None:
+        mems_mask = torch.zeros(bsz, mlen, dtype=torch.bool, device=device)
+    if padding_mask is None:
+        padding_mask = torch.zeros(bsz, qlen, dtype=torch.bool, device=device)
+    if mems_mask.shape != (bsz, mlen):
+        raise ValueError(f"mems_mask: expected shape [{bsz}, {mlen}], got {list(mems_mask.shape)}")
+    if padding_mask.shape != (bsz, qlen):
+        raise ValueError(f"padding_mask: expected shape [{bsz}, {qlen}], got {list(padding_mask.shape)}")
+    return torch.cat([mems_mask.bool(), padding_mask.bool()], dim=1)
+
+
+def _absolute_rows(table: Tensor, mlen: int) -> Tensor:
+    """Last ``mlen`` rows of a learned position table ``[T, d]``, padded with row 0 when ``T < mlen``."""
+    if table.size(0) >= mlen:
+        return table[-mlen:]
+    pad = table[:1].expand(mlen - table.size(0), -1)
+    return torch.cat([pad, table], dim=0)

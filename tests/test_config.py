@@ -1,0 +1,51 @@
+"""Config values out of range raise one ValueError naming the field."""
+
+import json
+
+import pytest
+
+from transformer_xl.errors import ConfigError
+from transformer_xl.model import TransformerXLConfig
+
+BAD = [
+    (dict(d_model=100, n_head=8), "d_model"),
+    (dict(cutoffs=[100, 50], n_token=200), "cutoffs"),
+    (dict(cutoffs=[50, 300], n_token=200), "cutoffs"),
+    (dict(cutoffs=[0, 50], n_token=200), "cutoffs"),
+    (dict(n_layer=0), "n_layer"),
+    (dict(n_token=-5), "n_token"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(dropatt=-0.1), "dropatt"),
+    (dict(attn_type=4), "attn_type"),
+    (dict(mem_len=-1), "mem_len"),
+    (dict(init="xavier"), "init"),
+    (dict(init_std=0.0), "init_std"),
+    (dict(clamp_len=-2), "clamp_len"),
+    (dict(same_length=True, mem_len=0), "same_length"),
+    (dict(div_val=8, d_embed=16, cutoffs=[10, 20], n_token=100), "div_val"),
+    (dict(tie_projs=[True, True, True], cutoffs=[10]), "tie_projs"),
+    (dict(attn_type=3, d_head=16, n_head=8, d_model=256), "d_head"),
+    (dict(tgt_len=2.5), "tgt_len"),
+]
+
+
+@pytest.mark.parametrize("values,field", BAD, ids=[f for _, f in BAD])
+def test_out_of_range_value_names_the_field(values, field):
+    with pytest.raises(ValueError) as err:
+        TransformerXLConfig(**values)
+    assert isinstance(err.value, ConfigError)
+    assert str(err.value).startswith(field + ":")
+    assert "\n" not in str(err.value)
+
+
+def test_defaults_are_valid_and_round_trip_through_json(tmp_path):
+    cfg = TransformerXLConfig(cutoffs=[100, 200], n_token=300, div_val=2, tie_projs=[False, True])
+    assert cfg.d_embed == cfg.d_model and cfg.tie_projs == [False, True, False]
+    cfg.to_json_file(tmp_path / "config.json")
+    assert TransformerXLConfig.from_json_file(tmp_path / "config.json") == cfg
+
+
+def test_unknown_field_in_json_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"n_token": 10, "n_layers": 3}))
+    with pytest.raises(ConfigError, match="unknown config field.*n_layers"):
+        TransformerXLConfig.from_json_file(tmp_path / "config.json")
