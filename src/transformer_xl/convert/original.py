@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Dict, Mapping, Tuple
@@ -160,7 +161,9 @@ def load_state_dict_file(path) -> Dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         return load_safetensors(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols; we report one line
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
         raise CheckpointError(f"{path}: not a readable state dict ({_first_line(exc)})") from None
     if not isinstance(obj, Mapping) or not obj or not all(
