@@ -44,6 +44,83 @@ def run_convert(args) -> int:
     return 0
 
 
+@command
+def add_train(sub) -> None:
+    p = sub.add_parser("train", allow_abbrev=False, help="train a model (with no arguments: a small model on the built-in corpus)",
+                       description="Train a Transformer-XL. Options not listed here override config fields: "
+                                   "--lr 0.001, --max-steps 500, --n-layer 6, --eval.mem-len 256 ...",
+                       epilog=f"built-in configs: {', '.join(_builtin_configs())}")
+    p.add_argument("--config", default=None, help="a YAML file or the name of a built-in config (default: default)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    p.set_defaults(func=run_train, overrides_allowed=True)
+
+
+def _builtin_configs():
+    from .training.config import builtin_config_names
+
+    return builtin_config_names()
+
+
+def run_train(args) -> int:
+    from .training import load_run_config, train
+
+    cfg = load_run_config(args.config, args.overrides)
+    result = train(cfg, resume=args.resume)
+    best = "n/a" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
+    print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}; run in {result.run_dir}")
+    return 0
+
+
+@command
+def add_eval(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a run or checkpoint on a split (loss, ppl or bpc, tokens/s)")
+    p.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT", help="a run directory (uses best/, else the last "
+                                                                   "checkpoint) or a checkpoint directory")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
+    p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
+    p.add_argument("--ext-len", type=int, help="extended context length (default: training value)")
+    p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: training value)")
+    p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--max-steps", type=int, help="evaluate only the first N segments")
+    p.add_argument("--data-dir", help="local copy of the corpus (default: the run's)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_eval)
+
+
+def run_eval(args) -> int:
+    import json
+
+    from .evaluation.cli import evaluate_checkpoint
+
+    result, info = evaluate_checkpoint(args)
+    if args.json:
+        print(json.dumps({**result.to_dict(), **info}, sort_keys=True))
+    else:
+        print(f"{info['split']}: loss {result.loss:.4f} | {result.metric} {result.value:.4f} | "
+              f"{result.tokens:,} tokens in {result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s) | "
+              f"tgt_len {info['tgt_len']} mem_len {info['mem_len']} clamp_len {info['clamp_len']} "
+              f"same_length {info['same_length']}")
+    return 0
+
+
+@command
+def add_plot(sub) -> None:
+    p = sub.add_parser("plot", help="draw a run's loss curves to a PNG")
+    p.add_argument("run_dir")
+    p.add_argument("--out", help="PNG path (default: RUN_DIR/loss.png)")
+    p.set_defaults(func=run_plot)
+
+
+def run_plot(args) -> int:
+    from .training.plot import plot_run
+
+    print(f"wrote {plot_run(args.run_dir, args.out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL language models: train, evaluate, "
                                                              "generate and convert.")
@@ -56,7 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "overrides_allowed", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.overrides = rest
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if not getattr(args, "func", None):
         parser.print_help()

@@ -91,6 +91,7 @@ class TransformerXL(nn.Module):
         # Lengths used at run time; reset_length changes them (e.g. for evaluation), the saved
         # config keeps the training values (which size attn_type 1/3's learned tables).
         self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
+        self.clamp_len, self.same_length = cfg.clamp_len, cfg.same_length
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
@@ -164,13 +165,19 @@ class TransformerXL(nn.Module):
             init_weight(emb.weight)
 
     # ------------------------------------------------------------------ lengths and memory
-    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int) -> None:
-        """Change segment/extension/memory lengths used at run time, e.g. for evaluation.
+    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int, clamp_len: Optional[int] = None,
+                     same_length: Optional[bool] = None) -> None:
+        """Change the lengths used at run time, e.g. to evaluate with a longer memory.
 
-        The saved config keeps the training lengths. Raises ConfigError for values out of range.
+        The paper evaluates WT103 with tgt_len 128, mem_len 1600, clamp_len 1000. The saved
+        config keeps the training values. Raises ConfigError for values out of range.
         """
-        self.config.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len)  # validates
+        clamp_len = self.clamp_len if clamp_len is None else clamp_len
+        same_length = self.same_length if same_length is None else same_length
+        self.config.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len, clamp_len=clamp_len,
+                            same_length=same_length)  # validates
         self.tgt_len, self.ext_len, self.mem_len = tgt_len, ext_len, mem_len
+        self.clamp_len, self.same_length = clamp_len, same_length
 
     def init_mems(self, batch_size: int) -> Mems:
         """Empty memory (length 0) for a batch of ``batch_size`` rows."""
@@ -183,7 +190,7 @@ class TransformerXL(nn.Module):
         klen = mlen + qlen
         ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
         mask = torch.triu(ones, diagonal=1 + mlen)  # the future
-        if self.config.same_length:
+        if self.same_length:
             mask_len = klen - self.mem_len
             shift = qlen - mask_len if mask_len > 0 else qlen
             mask = mask | torch.tril(ones, diagonal=-shift)  # beyond mem_len keys back
@@ -199,8 +206,8 @@ class TransformerXL(nn.Module):
     def _pos_seq(self, start: int, device) -> Tensor:
         """Distances ``start, start-1, ..., 0``, clamped to ``clamp_len`` when it is positive."""
         pos = torch.arange(start, -1, -1.0, device=device)
-        if self.config.clamp_len > 0:
-            pos = pos.clamp(max=self.config.clamp_len)
+        if self.clamp_len > 0:
+            pos = pos.clamp(max=self.clamp_len)
         return pos
 
     # ------------------------------------------------------------------ the layer stack
@@ -235,8 +242,8 @@ class TransformerXL(nn.Module):
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):
                 r_emb, r_bias = self.r_emb[i], self.r_bias[i]  # [T, H, D], [T, H]
-                if cfg.clamp_len > 0:
-                    r_emb, r_bias = r_emb[-cfg.clamp_len:], r_bias[-cfg.clamp_len:]
+                if self.clamp_len > 0:
+                    r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
                 hids.append(core)
                 core = layer(core, r_emb, self.r_w_bias[i], r_bias,
                              attn_mask=attn_mask, mems=None if mems is None else mems[i])

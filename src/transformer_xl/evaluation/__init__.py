@@ -1,0 +1,3 @@
+from .evaluate import EvalResult, evaluate
+
+__all__ = ["EvalResult", "evaluate"]

@@ -1,0 +1,66 @@
+"""What ``txl eval`` does, as a function: find the checkpoint, rebuild its corpus, evaluate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Tuple
+
+from ..errors import CheckpointError, DataError
+from ..model import TransformerXL
+from ..training import checkpoint as ckpt
+from ..training.config import load_run_config
+from ..training.loop import RUN_CONFIG_NAME, autocast_dtype, load_data, resolve_device
+from .evaluate import EvalResult, evaluate
+
+
+def resolve_checkpoint(path) -> Path:
+    """A model directory: the path itself, or a run's ``best/``, or its last checkpoint."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such run or checkpoint directory")
+    if ckpt.is_model_dir(path):
+        return path
+    if ckpt.is_model_dir(path / "best"):
+        return path / "best"
+    latest = ckpt.latest_checkpoint(path)
+    if latest is None:
+        raise CheckpointError(f"{path}: neither a checkpoint (config.json + model.safetensors) nor a run with checkpoints")
+    return latest
+
+
+def find_run_config(model_dir: Path) -> Path:
+    for candidate in (model_dir / RUN_CONFIG_NAME, model_dir.parent / RUN_CONFIG_NAME,
+                      model_dir.parent.parent / RUN_CONFIG_NAME):
+        if candidate.is_file():
+            return candidate
+    raise CheckpointError(f"{model_dir}: no {RUN_CONFIG_NAME} beside the checkpoint, so its corpus is unknown")
+
+
+def check_vocab(model_dir: Path, corpus) -> None:
+    from ..data import load_vocab
+
+    saved = load_vocab(model_dir)
+    if len(saved) != len(corpus.vocab) or saved.to_dict() != corpus.vocab.to_dict():
+        raise DataError(f"{model_dir}: the checkpoint's vocabulary ({len(saved)} symbols) does not match the "
+                        f"corpus' ({len(corpus.vocab)} symbols)")
+
+
+def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
+    model_dir = resolve_checkpoint(args.checkpoint)
+    overrides = ["--data-dir", args.data_dir] if getattr(args, "data_dir", None) else []
+    cfg = load_run_config(str(find_run_config(model_dir)), overrides)
+    device = resolve_device(args.device)
+    model = TransformerXL.from_pretrained(model_dir, map_location=device)
+    corpus = load_data(cfg)
+    check_vocab(model_dir, corpus)
+    if len(corpus.vocab) != model.config.n_token:
+        raise DataError(f"{model_dir}: model has {model.config.n_token} tokens, corpus vocabulary {len(corpus.vocab)}")
+    result = evaluate(model, getattr(corpus, args.split), batch_size=args.batch_size, tgt_len=args.tgt_len,
+                      mem_len=args.mem_len, ext_len=args.ext_len, clamp_len=args.clamp_len,
+                      same_length=args.same_length, level=corpus.level, max_steps=args.max_steps, device=device,
+                      autocast_dtype=autocast_dtype("fp32", device))
+    info = {"checkpoint": str(model_dir), "split": args.split, "dataset": cfg.data.dataset,
+            "tgt_len": args.tgt_len or model.tgt_len, "mem_len": model.mem_len if args.mem_len is None else args.mem_len,
+            "clamp_len": model.clamp_len if args.clamp_len is None else args.clamp_len,
+            "same_length": model.same_length if args.same_length is None else args.same_length}
+    return result, info

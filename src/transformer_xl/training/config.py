@@ -1,0 +1,288 @@
+"""Run configuration: YAML files with four sections, overridable from the command line.
+
+A YAML file holds ``model:`` (fields of :class:`TransformerXLConfig`), ``data:``, ``train:`` and
+``eval:`` sections (:class:`DataConfig`, :class:`TrainConfig`, :class:`EvalConfig`). A file may
+start with ``base: other.yaml`` to inherit from another file. Command-line overrides name a field
+by itself (``--lr 0.001``, ``--max-steps 500``) or with its section (``--eval.mem-len 1600``);
+a bare name that two sections share goes to the first of model, data, train, eval. Dashes and
+underscores are interchangeable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+from ..errors import ConfigError
+from ..model.config import TransformerXLConfig
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "default"  # a corpus name, or 'text' for your own files (train_file ...)
+    data_dir: Optional[str] = None  # local copy of a named corpus; None downloads it into the cache
+    cache_dir: Optional[str] = None  # defaults to $TXL_CACHE_DIR or ~/.cache/transformer-xl
+    train_file: Optional[str] = None  # dataset 'text': your own files
+    valid_file: Optional[str] = None
+    test_file: Optional[str] = None
+    level: str = "word"  # dataset 'text': word | char | byte | bpe
+    bpe_vocab_size: int = 8000
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str = "runs/default"
+    batch_size: int = 16
+    batch_chunk: int = 1  # gradient accumulation: each chunk of the batch keeps its own memory
+    varlen: bool = False  # the paper code's variable segment length
+    optim: str = "adam"  # adam | adamw
+    lr: float = 2.5e-4
+    weight_decay: float = 0.0
+    scheduler: str = "cosine"  # cosine | inv_sqrt | constant
+    warmup_steps: int = 0
+    eta_min: float = 0.0  # final learning rate of the cosine schedule
+    max_steps: int = 200000  # training length, and the cosine schedule's horizon
+    max_time: Optional[float] = None  # stop after this many seconds (also '90s', '10m', '2h')
+    clip: float = 0.25  # gradient-norm clipping; 0 disables it
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs a GPU; uses a gradient scaler)
+    seed: int = 1111
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    log_interval: int = 200
+    eval_interval: int = 4000
+    save_interval: Optional[int] = None  # defaults to eval_interval
+    keep_checkpoints: int = 3
+    num_threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
+    progress: bool = True  # a progress bar on stderr
+    tensorboard: bool = True  # event files under RUN_DIR/tb when tensorboard is installed
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = 10
+    tgt_len: Optional[int] = None  # None: the training value
+    mem_len: Optional[int] = None
+    ext_len: Optional[int] = None
+    clamp_len: Optional[int] = None
+    same_length: Optional[bool] = None
+    max_steps: Optional[int] = None  # evaluate on at most this many segments during training
+
+
+SECTIONS = {"model": TransformerXLConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+
+
+@dataclass
+class RunConfig:
+    model: Dict[str, Any] = field(default_factory=dict)  # fields of TransformerXLConfig; n_token comes from the vocabulary
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict:
+        return {"model": dict(self.model), "data": dataclasses.asdict(self.data),
+                "train": dataclasses.asdict(self.train), "eval": dataclasses.asdict(self.eval)}
+
+    def model_config(self, n_token: int) -> TransformerXLConfig:
+        values = dict(self.model)
+        values["n_token"] = n_token
+        return TransformerXLConfig(**values)
+
+    def validate(self) -> None:
+        t = self.train
+        _choice("optim", t.optim, ("adam", "adamw"))
+        _choice("scheduler", t.scheduler, ("cosine", "inv_sqrt", "constant"))
+        _choice("precision", t.precision, ("fp32", "bf16", "fp16"))
+        _choice("level", self.data.level, ("word", "char", "byte", "bpe"))
+        for name in ("batch_size", "batch_chunk", "max_steps", "log_interval", "eval_interval", "keep_checkpoints"):
+            if getattr(t, name) < 1:
+                raise ConfigError(f"{name}: must be at least 1, got {getattr(t, name)}")
+        if t.batch_size % t.batch_chunk:
+            raise ConfigError(f"batch_chunk: batch_size={t.batch_size} is not divisible by batch_chunk={t.batch_chunk}")
+        if not t.lr > 0:
+            raise ConfigError(f"lr: must be positive, got {t.lr}")
+        if t.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps: must be >= 0, got {t.warmup_steps}")
+        if t.clip < 0:
+            raise ConfigError(f"clip: must be >= 0, got {t.clip}")
+        if t.max_time is not None and t.max_time <= 0:
+            raise ConfigError(f"max_time: must be positive, got {t.max_time}")
+        if self.eval.batch_size < 1:
+            raise ConfigError(f"eval.batch_size: must be at least 1, got {self.eval.batch_size}")
+        self.model_config(n_token=max(2, max(self.model.get("cutoffs") or [0]) + 1))  # validates model fields
+
+
+def _choice(name: str, value, allowed: Sequence) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}: must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------- files
+def builtin_config_path(name: str) -> Path:
+    """Path of a config shipped with the package (``default``, ``wt103_base``, ...)."""
+    return Path(str(resources.files("transformer_xl") / "configs" / f"{name}.yaml"))
+
+
+def builtin_config_names() -> List[str]:
+    folder = Path(str(resources.files("transformer_xl") / "configs"))
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def _read_yaml(path: Path, seen: Tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        raise ConfigError(f"{path}: 'base' files form a cycle")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path} (built-in configs: {', '.join(builtin_config_names())})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (model, data, train, eval)")
+    base = values.pop("base", None)
+    if base is None:
+        return values
+    base_path = (path.parent / base) if (path.parent / base).exists() else builtin_config_path(Path(base).stem)
+    merged = _read_yaml(base_path, seen + (path,))
+    for section, fields in values.items():
+        if isinstance(fields, dict) and isinstance(merged.get(section), dict):
+            merged[section] = {**merged[section], **fields}
+        else:
+            merged[section] = fields
+    return merged
+
+
+def resolve_config_path(name_or_path: Optional[str]) -> Path:
+    if name_or_path is None:
+        return builtin_config_path("default")
+    path = Path(name_or_path)
+    if path.exists() or path.suffix in (".yaml", ".yml"):
+        return path
+    return builtin_config_path(name_or_path)
+
+
+def load_run_config(name_or_path: Optional[str] = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Read a YAML config (a path, or the name of a built-in one) and apply ``--key value`` overrides."""
+    values = _read_yaml(resolve_config_path(name_or_path))
+    unknown = sorted(set(values) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"unknown config section(s): {', '.join(unknown)} (expected {', '.join(SECTIONS)})")
+    for section, key, value in parse_overrides(overrides):
+        values.setdefault(section, {})[key] = value
+    return run_config_from_dict(values)
+
+
+def run_config_from_dict(values: dict) -> RunConfig:
+    sections = {}
+    for name, cls in SECTIONS.items():
+        fields_ = values.get(name) or {}
+        if not isinstance(fields_, dict):
+            raise ConfigError(f"{name}: expected a mapping of fields")
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted(set(fields_) - known)
+        if bad:
+            raise ConfigError(f"unknown field(s) in section '{name}': {', '.join(bad)}")
+        sections[name] = fields_
+    sections["train"] = dict(sections["train"])
+    if isinstance(sections["train"].get("max_time"), str):
+        sections["train"]["max_time"] = parse_duration(sections["train"]["max_time"])
+    try:
+        cfg = RunConfig(model=dict(sections["model"]), data=DataConfig(**sections["data"]),
+                        train=TrainConfig(**sections["train"]), eval=EvalConfig(**sections["eval"]))
+    except TypeError as exc:
+        raise ConfigError(f"invalid config: {exc}") from None
+    _check_types(cfg)
+    cfg.validate()
+    return cfg
+
+
+def _check_types(cfg: RunConfig) -> None:
+    for section in (cfg.data, cfg.train, cfg.eval):
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            default = f.default
+            if value is None or default is None or default is dataclasses.MISSING:
+                continue
+            if isinstance(default, bool) and not isinstance(value, bool):
+                raise ConfigError(f"{f.name}: expected true or false, got {value!r}")
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ConfigError(f"{f.name}: expected a number, got {value!r}")
+                if isinstance(default, int) and not isinstance(value, int):
+                    raise ConfigError(f"{f.name}: expected an integer, got {value!r}")
+
+
+# ---------------------------------------------------------------------------- overrides
+def _field_index() -> Dict[str, List[str]]:
+    index: Dict[str, List[str]] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            index.setdefault(f.name, []).append(section)
+    return index
+
+
+def parse_overrides(items: Sequence[str]) -> List[Tuple[str, str, Any]]:
+    """``['--lr', '1e-3', '--train.max-steps=10']`` -> ``[('train', 'lr', 0.001), ...]``."""
+    index = _field_index()
+    out = []
+    i = 0
+    items = list(items)
+    while i < len(items):
+        item = items[i]
+        if not item.startswith("--"):
+            raise ConfigError(f"unexpected argument {item!r}: overrides look like --key value")
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(items) or items[i + 1].startswith("--"):
+                raise ConfigError(f"--{key}: missing value")
+            value = items[i + 1]
+            i += 1
+        i += 1
+        out.append(_resolve_key(key.replace("-", "_"), index) + (parse_value(value),))
+    return out
+
+
+def _resolve_key(key: str, index: Dict[str, List[str]]) -> Tuple[str, str]:
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in SECTIONS or section not in index.get(name, []):
+            raise ConfigError(f"--{key}: unknown option")
+        return section, name
+    sections = index.get(key)
+    if not sections:
+        close = [k for k in index if k.startswith(key[:4])][:5]
+        hint = f" (did you mean {', '.join('--' + c.replace('_', '-') for c in close)}?)" if close else ""
+        raise ConfigError(f"--{key.replace('_', '-')}: unknown option{hint}")
+    # A bare name shared by sections goes to the first of model, data, train, eval:
+    # --tgt-len sets the model's training length, --batch-size the training batch.
+    return sections[0], key
+
+
+def parse_value(text: str) -> Any:
+    """YAML scalars and lists: ``1e-3`` -> 0.001, ``[1, 2]`` -> [1, 2], ``null`` -> None."""
+    if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text):
+        return float(text)  # YAML 1.1 reads 1e-3 as a string
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_duration(value) -> float:
+    """Seconds from ``3600``, ``'90s'``, ``'10m'``, ``'2h'`` or ``'1h30m'``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms]?)", text)
+    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
+        raise ConfigError(f"max_time: expected seconds or a duration like 90s, 10m, 2h; got {value!r}")
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
+    return sum(float(n) * scale[u] for n, u in parts)

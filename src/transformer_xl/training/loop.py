@@ -1,0 +1,284 @@
+"""The training loop: ordered batches with memory, periodic evaluation, exact resume.
+
+Typical use::
+
+    from transformer_xl.training import load_run_config, train
+    result = train(load_run_config("default", ["--max-steps", "200"]))
+    print(result.best_valid_loss)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+import yaml
+
+from ..errors import ConfigError, DataError
+from ..model import TransformerXL
+from . import checkpoint as ckpt
+from .config import RunConfig
+from .metrics import MetricsLogger, metric_name, metric_value
+from .schedule import build_optimizer, lr_at, set_lr
+
+log = logging.getLogger(__name__)
+
+RUN_CONFIG_NAME = "run.yaml"
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    best_valid_loss: Optional[float]
+    last_valid_loss: Optional[float]
+    metric: str
+    train_losses: List[float] = field(default_factory=list)  # one per optimiser step of this process
+    stopped_by: str = "max_steps"  # max_steps | max_time
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device: {name} requested but CUDA is not available")
+    return device
+
+
+def autocast_dtype(precision: str, device: torch.device):
+    if precision == "fp32":
+        return None
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
+    return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+def load_data(cfg: RunConfig):
+    """The corpus named by the data section (see :mod:`transformer_xl.data`)."""
+    from ..data import load_corpus, load_text_corpus
+
+    d = cfg.data
+    if d.dataset == "text":
+        if not d.train_file:
+            raise DataError("dataset 'text' needs --train-file PATH (and optionally --valid-file, --test-file)")
+        return load_text_corpus(d.train_file, d.valid_file, d.test_file, level=d.level,
+                                bpe_vocab_size=d.bpe_vocab_size, cache_dir=d.cache_dir)
+    return load_corpus(d.dataset, data_dir=d.data_dir, cache_dir=d.cache_dir)
+
+
+class Trainer:
+    """Holds the model, optimiser, data and memories of one run."""
+
+    def __init__(self, cfg: RunConfig, resume: bool = False, corpus=None):
+        self.cfg = cfg
+        t = cfg.train
+        self.run_dir = Path(t.run_dir)
+        self.device = resolve_device(t.device)
+        self.amp_dtype = autocast_dtype(t.precision, self.device)
+        if t.num_threads:
+            torch.set_num_threads(t.num_threads)
+        self._check_run_dir(resume)
+        torch.manual_seed(t.seed)
+        self.corpus = corpus if corpus is not None else load_data(cfg)
+        self.metric = metric_name(self.corpus.level)
+        self.model = TransformerXL(cfg.model_config(n_token=len(self.corpus.vocab))).to(self.device)
+        self.optimizer = build_optimizer(self.model, t)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
+        self.step, self.epoch, self.best_valid, self.last_valid = 0, 0, None, None
+        self.chunk_mems: List = [None] * t.batch_chunk
+        self.iterator = self._new_iterator(epoch=0)
+        self.elapsed_before = 0.0
+        latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
+        if latest is not None:
+            self._restore(latest)
+        elif resume:
+            log.info("no checkpoint in %s yet: starting from scratch", self.run_dir)
+        self.metrics = MetricsLogger(self.run_dir, t.tensorboard, truncate_after_step=self.step if latest else None)
+
+    # ------------------------------------------------------------------ setup
+    def _check_run_dir(self, resume: bool) -> None:
+        if not resume and ckpt.list_checkpoints(self.run_dir):
+            raise ConfigError(f"run_dir: {self.run_dir} already holds checkpoints; pass --resume to continue it, "
+                              f"or choose another --run-dir")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / RUN_CONFIG_NAME, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+
+    def _new_iterator(self, epoch: int):
+        from ..data import LMOrderedIterator
+
+        t, m = self.cfg.train, self.cfg.model_config(len(self.corpus.vocab))
+        return LMOrderedIterator(self.corpus.train, t.batch_size, m.tgt_len, ext_len=m.ext_len, device=self.device,
+                                 varlen=t.varlen, seed=t.seed + epoch)
+
+    def _restore(self, directory: Path) -> None:
+        saved = TransformerXL.from_pretrained(directory, map_location=self.device)
+        if saved.config != self.model.config:
+            raise ConfigError(f"{directory}: the checkpoint's model config differs from this run's config; "
+                              f"resume with the run's own run.yaml")
+        self.model.load_state_dict(saved.state_dict())
+        state, tensors = ckpt.load_training_state(directory, self.optimizer, self.device)
+        if state.get("vocab_size") != len(self.corpus.vocab):
+            raise DataError(f"{directory}: vocabulary of {state.get('vocab_size')} symbols does not match the "
+                            f"corpus' {len(self.corpus.vocab)}")
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
+        self.elapsed_before = state.get("elapsed", 0.0)
+        self.iterator = self._new_iterator(self.epoch)
+        self.iterator.load_state_dict(state["data"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.chunk_mems = ckpt.mems_from_tensors(tensors, self.cfg.train.batch_chunk, self.device)
+        log.info("resumed %s at step %d", directory, self.step)
+
+    # ------------------------------------------------------------------ one step
+    def _batches(self):
+        """Training batches forever; a new epoch restarts the stream and forgets the memory."""
+        while True:
+            for batch in self.iterator:
+                yield batch
+            self.epoch += 1
+            self.iterator = self._new_iterator(self.epoch)
+            self.chunk_mems = [None] * self.cfg.train.batch_chunk
+
+    def train_step(self, inp: torch.Tensor, tgt: torch.Tensor) -> float:
+        """One optimiser step over ``batch_chunk`` chunks; returns the mean loss."""
+        t = self.cfg.train
+        self.model.train()
+        set_lr(self.optimizer, lr_at(self.step, t))
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for c, (inp_c, tgt_c) in enumerate(zip(inp.chunk(t.batch_chunk), tgt.chunk(t.batch_chunk))):
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                out = self.model(inp_c, tgt_c, mems=self.chunk_mems[c])
+            self.chunk_mems[c] = out.mems
+            loss = out.loss.float() / t.batch_chunk
+            self.scaler.scale(loss).backward()
+            total += float(loss)
+        if t.clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.step += 1
+        return total
+
+    # ------------------------------------------------------------------ evaluation and saving
+    def evaluate(self, split: str = "valid", max_steps: Optional[int] = None):
+        from ..evaluation import evaluate
+
+        e = self.cfg.eval
+        data = getattr(self.corpus, split)
+        return evaluate(self.model, data, batch_size=e.batch_size, tgt_len=e.tgt_len, mem_len=e.mem_len,
+                        ext_len=e.ext_len, clamp_len=e.clamp_len, same_length=e.same_length, level=self.corpus.level,
+                        max_steps=max_steps if max_steps is not None else e.max_steps, device=self.device,
+                        autocast_dtype=self.amp_dtype)
+
+    def _trainer_state(self, elapsed: float) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "data": self.iterator.state_dict(),
+                "best_valid": self.best_valid, "last_valid": self.last_valid, "elapsed": elapsed,
+                "vocab_size": len(self.corpus.vocab), "metric": self.metric,
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
+
+    def _write_extra(self, directory: Path) -> None:
+        self.corpus.vocab.save(directory)
+        shutil.copy2(self.run_dir / RUN_CONFIG_NAME, directory / RUN_CONFIG_NAME)
+
+    def save(self, elapsed: float, is_best: bool = False) -> Path:
+        path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, self._trainer_state(elapsed),
+                                    self.chunk_mems, self._write_extra, self.cfg.train.keep_checkpoints)
+        if is_best:
+            names = [p.name for p in path.iterdir() if p.name not in
+                     ("optimizer.safetensors", "optimizer.json", "state.safetensors", ckpt.TRAINER_STATE)]
+            ckpt.copy_as_best(path, self.run_dir, names)
+        return path
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> TrainResult:
+        t = self.cfg.train
+        save_every = t.save_interval or t.eval_interval
+        start = time.perf_counter()
+        losses: List[float] = []
+        window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+        stopped_by = "max_steps"
+        bar = _progress(t, self.step)
+        batches = self._batches()
+        try:
+            while self.step < t.max_steps:
+                inp, tgt, _ = next(batches)
+                loss = self.train_step(inp, tgt)
+                if not math.isfinite(loss):
+                    raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup-steps")
+                losses.append(loss)
+                window_loss, window_steps = window_loss + loss, window_steps + 1
+                window_tokens += int((tgt != -100).sum())
+                elapsed = self.elapsed_before + time.perf_counter() - start
+                if self.step % t.log_interval == 0 or self.step == t.max_steps:
+                    now = time.perf_counter()
+                    self._log_train(bar, window_loss / window_steps, window_tokens / max(now - window_start, 1e-9), elapsed)
+                    window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, now
+                out_of_time = t.max_time is not None and time.perf_counter() - start >= t.max_time
+                done = self.step == t.max_steps or out_of_time
+                is_best = False
+                if self.step % t.eval_interval == 0 or done:
+                    is_best = self._validate(bar)
+                if self.step % save_every == 0 or done:
+                    self.save(elapsed, is_best)
+                if bar is not None:
+                    bar.update(1)
+                if out_of_time:
+                    stopped_by = "max_time"
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+            self.metrics.close()
+        return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by)
+
+    def _log_train(self, bar, loss: float, tokens_per_s: float, elapsed: float) -> None:
+        record = {"step": self.step, "split": "train", "epoch": self.epoch, "loss": loss,
+                  self.metric: metric_value(loss, self.metric), "lr": lr_at(self.step - 1, self.cfg.train),
+                  "tokens_per_s": tokens_per_s, "elapsed": elapsed}
+        self.metrics.log(record)
+        if bar is not None:
+            bar.set_postfix({"loss": f"{loss:.3f}", self.metric: f"{record[self.metric]:.3f}", "lr": f"{record['lr']:.2e}",
+                             "tok/s": f"{tokens_per_s:,.0f}"}, refresh=False)
+        else:
+            log.info("step %d | loss %.4f | %s %.3f | lr %.3g | %.0f tok/s", self.step, loss, self.metric,
+                     record[self.metric], record["lr"], tokens_per_s)
+
+    def _validate(self, bar) -> bool:
+        result = self.evaluate("valid")
+        self.last_valid = result.loss
+        is_best = self.best_valid is None or result.loss < self.best_valid
+        if is_best:
+            self.best_valid = result.loss
+        self.metrics.log({"step": self.step, "split": "valid", "loss": result.loss, self.metric: result.value,
+                          "tokens_per_s": result.tokens_per_s})
+        message = f"step {self.step} | valid loss {result.loss:.4f} | {self.metric} {result.value:.3f}" + (" | best" if is_best else "")
+        if bar is not None:
+            bar.write(message)
+        else:
+            log.info(message)
+        return is_best
+
+
+def _progress(t, initial: int):
+    if not t.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=t.max_steps, initial=initial, unit="step", dynamic_ncols=True, smoothing=0.1)
+
+
+def train(cfg: RunConfig, resume: bool = False, corpus=None) -> TrainResult:
+    """Train (or resume) a run as configured; returns a summary."""
+    return Trainer(cfg, resume=resume, corpus=corpus).run()
+

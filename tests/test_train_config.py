@@ -1,0 +1,89 @@
+"""Run configs: built-in YAML files, command-line overrides, schedules."""
+
+import math
+
+import pytest
+
+from transformer_xl.errors import ConfigError
+from transformer_xl.training.config import builtin_config_names, load_run_config, parse_duration, parse_overrides
+from transformer_xl.training.schedule import lr_at
+
+
+@pytest.mark.parametrize("name", builtin_config_names())
+def test_every_builtin_config_is_valid(name):
+    cfg = load_run_config(name)
+    model = cfg.model_config(n_token=1_000_000 if cfg.model.get("cutoffs") else 256)
+    assert model.n_layer >= 1
+
+
+def test_paper_hyperparameters_are_shipped():
+    wt103 = load_run_config("wt103_large")
+    assert (wt103.model["n_layer"], wt103.model["d_model"], wt103.model["div_val"]) == (18, 1024, 4)
+    assert wt103.model["cutoffs"] == [20000, 40000, 200000] and wt103.train.warmup_steps == 16000
+    enwik8 = load_run_config("enwik8_base")
+    assert (enwik8.model["n_layer"], enwik8.model["tgt_len"], enwik8.train.batch_size) == (12, 512, 22)
+
+
+def test_overrides_by_name_and_section():
+    cfg = load_run_config("default", ["--lr", "1e-3", "--max-steps=7", "--n-layer", "2", "--eval.mem-len", "99",
+                                      "--cutoffs", "[10, 20]", "--max-time", "2m", "--same-length", "true"])
+    assert cfg.train.lr == 0.001 and cfg.train.max_steps == 7 and cfg.model["n_layer"] == 2
+    assert cfg.eval.mem_len == 99 and cfg.model["cutoffs"] == [10, 20] and cfg.train.max_time == 120.0
+    assert cfg.model["same_length"] is True
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--lrr", "1"], "--lrr"),
+    (["--lr"], "--lr"),
+    (["--batch-size", "two"], "batch_size"),
+    (["--optim", "sgd"], "optim"),
+    (["--d-model", "100", "--n-head", "8"], "d_model"),
+    (["--batch-size", "10", "--batch-chunk", "3"], "batch_chunk"),
+    (["--max-time", "soon"], "max_time"),
+    (["--warmup-steps", "-1"], "warmup_steps"),
+    (["--precision", "fp8"], "precision"),
+])
+def test_bad_overrides_name_the_field(args, field):
+    with pytest.raises(ConfigError) as err:
+        load_run_config("default", args)
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_config_file_lists_builtins(tmp_path):
+    with pytest.raises(ConfigError, match="built-in configs: .*default"):
+        load_run_config(str(tmp_path / "nope.yaml"))
+
+
+def test_yaml_base_inheritance(tmp_path):
+    (tmp_path / "mine.yaml").write_text("base: default.yaml\ntrain:\n  lr: 0.5\n")
+    cfg = load_run_config(str(tmp_path / "mine.yaml"))
+    assert cfg.train.lr == 0.5 and cfg.model["n_layer"] == load_run_config("default").model["n_layer"]
+
+
+def test_parse_duration():
+    assert parse_duration("1h30m") == 5400 and parse_duration(12) == 12 and parse_duration("90s") == 90
+
+
+def test_parse_overrides_keeps_negative_numbers():
+    assert parse_overrides(["--clamp-len", "-1"]) == [("model", "clamp_len", -1)]
+
+
+def schedule(**kw):
+    from transformer_xl.training.config import TrainConfig
+
+    return TrainConfig(**kw)
+
+
+def test_cosine_with_warmup():
+    t = schedule(lr=1.0, warmup_steps=10, max_steps=100, scheduler="cosine", eta_min=0.1)
+    assert lr_at(0, t) == 0 and lr_at(5, t) == 0.5
+    assert lr_at(50, t) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * 0.5)) / 2)
+    assert lr_at(100, t) == pytest.approx(0.1)
+    assert all(lr_at(s, t) >= lr_at(s + 1, t) for s in range(10, 100))
+
+
+def test_inv_sqrt_and_constant():
+    t = schedule(lr=1.0, warmup_steps=4, max_steps=100, scheduler="inv_sqrt")
+    assert lr_at(2, t) == pytest.approx(2 / 4 ** 1.5) and lr_at(16, t) == pytest.approx(0.25)
+    c = schedule(lr=0.3, warmup_steps=0, max_steps=100, scheduler="constant")
+    assert lr_at(0, c) == lr_at(99, c) == 0.3
