@@ -309,6 +309,17 @@ class TransformerXL(nn.Module):
         return TransformerXLOutput(loss=loss, losses=losses, mems=new_mems, mems_mask=new_mask, log_probs=log_probs,
                                    hidden_states=hidden, all_hidden_states=hids if output_hidden_states else None)
 
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts, method: str = "cached", on_token=None, **sampling) -> List[List[int]]:
+        """Continue each prompt (token-id lists, lengths may differ); see :mod:`transformer_xl.generation`.
+
+        ``sampling`` holds :class:`~transformer_xl.generation.SamplingConfig` fields:
+        ``max_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty, seed, stop_tokens``.
+        """
+        from ..generation import SamplingConfig, generate
+
+        return generate(self, prompts, SamplingConfig(**sampling), method=method, on_token=on_token)
+
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory) -> None:
         from .io import save_pretrained

@@ -1,0 +1,7 @@
+"""Generation and scoring with exactly cached memory."""
+
+from .cache import DecodingCache
+from .generate import SegmentDecoder, generate
+from .sampling import SamplingConfig
+
+__all__ = ["DecodingCache", "SamplingConfig", "SegmentDecoder", "generate"]

@@ -1,0 +1,134 @@
+"""Exact cached decoding for Transformer-XL (attn_type 0).
+
+The plain model caches each layer's *input states* as memory and, at every call, projects the
+whole memory through W_k and W_v again: a decoding step costs O((M + t) * d^2). This cache keeps
+each layer's *projected* keys and values instead, plus the position keys ``W_r R`` for every
+distance, so a step costs O(d^2) for the new token's projections and O((M + t) * d) for attention.
+
+Which keys a token may see follows the plain segment-by-segment model exactly: tokens are grouped
+in segments of ``tgt_len``; token ``i`` of a row sees the tokens of its own segment up to itself
+plus the ``mem_len`` tokens before the segment (its memory), and with ``same_length`` only keys at
+distance < ``mem_len``. Each row keeps its own segment phase, so rows of a left-padded batch give
+exactly what they would give alone. Keys no future query can see are dropped.
+
+Layout: keys/values ``[B, H, T, D]``; ``index [B, T]`` holds each cached key's token index within
+its row (-1 for padding).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from ..model.attention import rel_shift, sinusoid_table
+
+
+class DecodingCache:
+    """Projected keys and values of every layer for a batch being decoded.
+
+    Drive it with :meth:`extend` (any number of new tokens per row, e.g. a prompt, then one at a
+    time); it returns the last layer's states, which ``model.crit.log_probs`` turns into next-token
+    log-probabilities.
+    """
+
+    def __init__(self, model, batch_size: int, max_distance: Optional[int] = None):
+        cfg = model.config
+        if cfg.attn_type != 0:
+            raise ValueError("DecodingCache supports attn_type 0 (use generate(..., method='segment') otherwise)")
+        self.model = model
+        self.batch_size = batch_size
+        self.tgt_len, self.mem_len = model.tgt_len, model.mem_len
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        n_head, d_head = cfg.n_head, cfg.d_head
+        self.keys: List[Tensor] = [p.new_zeros(batch_size, n_head, 0, d_head) for _ in model.layers]
+        self.values: List[Tensor] = [p.new_zeros(batch_size, n_head, 0, d_head) for _ in model.layers]
+        self.index = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)  # [B, T]
+        self.count = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # real tokens per row
+        self._r_k: List[Optional[Tensor]] = [None] * len(model.layers)
+        self._r_len = 0
+        self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
+
+    # ------------------------------------------------------------------ position keys
+    @torch.no_grad()
+    def _ensure_positions(self, n_dist: int) -> None:
+        """Position keys W_r R for distances ``n_dist-1 .. 0`` (descending), per layer: ``[H, n_dist, D]``."""
+        if n_dist <= self._r_len:
+            return
+        n_dist = max(n_dist, 2 * self._r_len)
+        pos = self.model._pos_seq(n_dist - 1, self.device)  # distances n_dist-1 .. 0, clamped
+        r = sinusoid_table(pos, self.model.config.d_model).to(self.dtype)  # [n_dist, d]
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.dec_attn
+            self._r_k[i] = attn.r_net(r).view(n_dist, attn.n_head, attn.d_head).transpose(0, 1).contiguous()
+        self._r_len = n_dist
+
+    # ------------------------------------------------------------------ visibility
+    def _visible(self, q_index: Tensor, k_index: Tensor) -> Tensor:
+        """``[B, n, T]`` bool: may query (token index ``q_index [B, n]``) see key ``k_index [B, T]``?"""
+        q = q_index[:, :, None]
+        k = k_index[:, None, :]
+        seg_start = torch.div(q, self.tgt_len, rounding_mode="floor") * self.tgt_len
+        visible = (k >= 0) & (k <= q) & (k >= seg_start - self.mem_len)
+        if self.model.same_length:
+            visible &= (q - k) < self.mem_len
+        n, klen = q_index.size(1), k_index.size(1)
+        own = torch.arange(klen, device=q.device)[None, :] == torch.arange(klen - n, klen, device=q.device)[:, None]
+        return visible | own[None]  # a padding query sees itself only (finite output, ignored)
+
+    def _trim(self) -> None:
+        """Drop leading keys that no future query of any row can see."""
+        next_start = torch.div(self.count, self.tgt_len, rounding_mode="floor") * self.tgt_len - self.mem_len  # [B]
+        needed = (self.index >= 0) & (self.index >= next_start[:, None])  # [B, T]
+        if self.model.same_length:
+            needed &= self.index > (self.count[:, None] - self.mem_len)
+        keep_from = int(needed.any(0).nonzero()[0]) if needed.any() else self.index.size(1)
+        if keep_from > 0:
+            self.index = self.index[:, keep_from:]
+            self.keys = [k[:, :, keep_from:] for k in self.keys]
+            self.values = [v[:, :, keep_from:] for v in self.values]
+
+    # ------------------------------------------------------------------ the step
+    @torch.no_grad()
+    def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None) -> Tensor:
+        """Feed ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding); returns ``[B, n, d_model]``."""
+        model = self.model
+        bsz, n = input_ids.shape
+        pad = padding_mask if padding_mask is not None else torch.zeros_like(input_ids, dtype=torch.bool)
+        real = (~pad).long()
+        q_index = torch.where(pad, torch.full_like(input_ids, -1), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
+        k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
+        klen = k_index.size(1)
+        self._ensure_positions(klen + 1)
+        mask = ~self._visible(q_index, k_index)[:, None]  # [B, 1, n, T+n]
+        h = model.word_emb(input_ids)  # [B, n, d]
+        u, v = getattr(model, "r_w_bias", None), getattr(model, "r_r_bias", None)
+        for i, layer in enumerate(model.layers):
+            h = layer.pos_ff(self._attention(i, layer.dec_attn, h, mask, u, v))
+        self.index = k_index
+        self.count = self.count + real.sum(1)
+        self._trim()
+        return h
+
+    def _attention(self, i: int, attn, h: Tensor, mask: Tensor, u, v) -> Tensor:
+        if hasattr(attn, "r_w_bias"):  # untie_r
+            u, v = attn.r_w_bias, attn.r_r_bias
+        x = attn.layer_norm(h) if attn.pre_lnorm else h
+        q, k, val = (attn._heads(t) for t in attn.qkv_net(x).split(attn.n_head * attn.d_head, dim=-1))  # [B, H, n, D]
+        self.keys[i] = torch.cat([self.keys[i], k], dim=2)  # [B, H, T+n, D]
+        self.values[i] = torch.cat([self.values[i], val], dim=2)
+        keys, values = self.keys[i], self.values[i]
+        klen = keys.size(2)
+        r_k = self._r_k[i][:, self._r_len - klen - 1:]  # distances klen .. 0: [H, klen+1, D]
+        ac = torch.matmul(q + u[:, None], keys.transpose(-1, -2))  # [B, H, n, T+n]
+        bd = rel_shift(torch.matmul(q + v[:, None], r_k.transpose(-1, -2)))  # [B, H, n, T+n]
+        score = ((ac + bd) * attn.scale).float().masked_fill(mask, float("-inf"))
+        prob = torch.softmax(score, dim=-1).to(values.dtype)
+        vec = torch.matmul(prob, values).transpose(1, 2).reshape(h.size(0), h.size(1), -1)  # [B, n, H*D]
+        return attn._output(h, vec)
+
+    def __len__(self) -> int:
+        """Number of cached key positions (memory plus current segment, padding included)."""
+        return self.index.size(1)

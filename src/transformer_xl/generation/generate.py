@@ -1,0 +1,156 @@
+"""Text generation with memory: prompts are read segment by segment, then one token per step.
+
+Two methods give the same tokens:
+
+* ``cached`` (default, attn_type 0): a :class:`DecodingCache` of projected keys and values;
+  O(d^2 + (M + t) d) per token. Batched prompts of different lengths are left-padded and masked
+  per row, with each row's own segment phase, so a row's output equals that row generated alone.
+* ``segment``: the plain model, segment by segment: memory holds layer states, and each new
+  token re-runs the current partial segment on top of it. Any attn_type; one row at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from .cache import DecodingCache
+from .sampling import SamplingConfig, next_token
+
+OnToken = Callable[[int, Tensor], None]  # (step, tokens [B]) -> None, for streaming
+
+
+def _as_lists(prompts) -> List[List[int]]:
+    if isinstance(prompts, Tensor):
+        prompts = prompts.tolist() if prompts.dim() == 2 else [prompts.tolist()]
+    rows = [list(map(int, p)) for p in prompts]
+    if not rows or any(len(r) == 0 for r in rows):
+        raise ConfigError("prompt: empty prompt; give at least one token per row")
+    return rows
+
+
+def _generator(cfg: SamplingConfig, device) -> Optional[torch.Generator]:
+    if cfg.seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(cfg.seed)
+
+
+@torch.no_grad()
+def generate(model, prompts, sampling: Optional[SamplingConfig] = None, method: str = "cached",
+             on_token: Optional[OnToken] = None, pad_id: int = 0) -> List[List[int]]:
+    """New tokens for each prompt (a stop token, if met, ends its row and is included).
+
+    ``prompts``: a list of token-id lists (lengths may differ) or a ``[B, P]`` tensor.
+    """
+    cfg = sampling or SamplingConfig()
+    cfg.validate()
+    rows = _as_lists(prompts)
+    if method not in ("cached", "segment"):
+        raise ConfigError(f"method: must be 'cached' or 'segment', got {method!r}")
+    if method == "cached" and model.config.attn_type != 0:
+        method = "segment"
+    was_training = model.training
+    model.eval()
+    saved = (model.tgt_len, model.ext_len, model.mem_len)
+    model.reset_length(model.tgt_len, 0, model.mem_len)  # generation caches every position
+    try:
+        if method == "cached":
+            return _generate_cached(model, rows, cfg, on_token, pad_id)
+        return _generate_segment(model, rows, cfg, on_token)
+    finally:
+        model.reset_length(*saved)
+        model.train(was_training)
+
+
+def _left_pad(rows: List[List[int]], pad_id: int, device):
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
+    pad = torch.ones(len(rows), width, dtype=torch.bool, device=device)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r):] = torch.tensor(r, dtype=torch.long, device=device)
+        pad[b, width - len(r):] = False
+    return ids, pad
+
+
+def _decode_loop(first_log_probs: Tensor, step: Callable[[Tensor], Tensor], history: Tensor, cfg: SamplingConfig,
+                 on_token: Optional[OnToken]) -> List[List[int]]:
+    """Sample, report, stop; ``step(tokens [B]) -> log_probs [B, V]`` advances the model."""
+    device = first_log_probs.device
+    generator = _generator(cfg, device)
+    stops = torch.tensor(sorted(set(cfg.stop_tokens)), dtype=torch.long, device=device)
+    bsz = first_log_probs.size(0)
+    out: List[List[int]] = [[] for _ in range(bsz)]
+    done = torch.zeros(bsz, dtype=torch.bool, device=device)
+    log_probs = first_log_probs
+    for i in range(cfg.max_new_tokens):
+        tok = next_token(log_probs, history, cfg, generator)  # [B]
+        for b in (~done).nonzero().flatten().tolist():
+            out[b].append(int(tok[b]))
+        if on_token is not None:
+            on_token(i, tok.masked_fill(done, -1))
+        done |= torch.isin(tok, stops)
+        if bool(done.all()) or i + 1 == cfg.max_new_tokens:
+            break
+        history = torch.cat([history, tok[:, None]], dim=1)
+        log_probs = step(tok)
+    return out
+
+
+def _generate_cached(model, rows, cfg, on_token, pad_id) -> List[List[int]]:
+    device = next(model.parameters()).device
+    ids, pad = _left_pad(rows, pad_id, device)
+    cache = DecodingCache(model, len(rows))
+    hidden = None
+    for s in range(0, ids.size(1), model.tgt_len):  # the prompt, a segment at a time
+        hidden = cache.extend(ids[:, s:s + model.tgt_len], pad[:, s:s + model.tgt_len])
+    history = ids.masked_fill(pad, -1)
+
+    def step(tok: Tensor) -> Tensor:
+        return model.crit.log_probs(cache.extend(tok[:, None])[:, -1])
+
+    return _decode_loop(model.crit.log_probs(hidden[:, -1]), step, history, cfg, on_token)
+
+
+class SegmentDecoder:
+    """The plain segment-by-segment model for one row: memory of layer states, and the tokens of
+    the current (partial) segment, re-run for every new token."""
+
+    def __init__(self, model, device):
+        self.model, self.device = model, device
+        self.mems = None
+        self.segment: List[int] = []
+
+    def feed(self, tokens: Sequence[int]) -> Tensor:
+        """Append tokens; returns the next-token log-probs after the last one: ``[V]``."""
+        last = None
+        for tok in tokens:
+            self.segment.append(int(tok))
+            if len(self.segment) == self.model.tgt_len:
+                out = self._run()
+                self.mems, self.segment = out.mems, []
+                last = out
+        if self.segment:
+            last = self._run()
+        return self.model.crit.log_probs(last.hidden_states[:, -1])[0]
+
+    def _run(self):
+        ids = torch.tensor([self.segment], dtype=torch.long, device=self.device)
+        return self.model(ids, mems=self.mems)
+
+
+def _generate_segment(model, rows, cfg, on_token) -> List[List[int]]:
+    device = next(model.parameters()).device
+    results = []
+    for row in rows:
+        dec = SegmentDecoder(model, device)
+        first = dec.feed(row)[None]
+        history = torch.tensor([row], dtype=torch.long, device=device)
+
+        def step(tok: Tensor, dec=dec) -> Tensor:
+            return dec.feed([int(tok[0])])[None]
+
+        results.extend(_decode_loop(first, step, history, cfg, on_token))
+    return results

@@ -1,0 +1,101 @@
+"""Cached decoding equals the plain segment-by-segment model, token for token."""
+
+import pytest
+import torch
+
+from helpers import random_tokens, tiny_model
+from transformer_xl.errors import ConfigError
+from transformer_xl.generation import DecodingCache, SamplingConfig, SegmentDecoder, generate
+from transformer_xl.generation.sampling import apply_repetition_penalty, filter_top_k_top_p
+
+VARIANTS = {
+    "plain": dict(),
+    "pre-lnorm-untied": dict(pre_lnorm=True, untie_r=True),
+    "clamp": dict(clamp_len=3),
+    "same-length": dict(same_length=True),
+    "adaptive": dict(cutoffs=[20, 40], div_val=2, d_embed=32),
+    "no-memory": dict(mem_len=0),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_cache_log_probs_equal_segment_model_at_every_token(variant):
+    model = tiny_model(seed=3, **{"tgt_len": 4, "mem_len": 3, **VARIANTS[variant]})
+    tokens = random_tokens(23, seed=3).tolist()
+    cache = DecodingCache(model, 1)
+    plain = SegmentDecoder(model, "cpu")
+    expected = plain.feed(tokens[:9])  # prompt longer than a segment
+    got = model.crit.log_probs(cache.extend(torch.tensor([tokens[:9]]))[:, -1])[0]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for tok in tokens[9:]:
+        expected = plain.feed([tok])
+        got = model.crit.log_probs(cache.extend(torch.tensor([[tok]]))[:, -1])[0]
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert len(cache) <= model.mem_len + model.tgt_len  # trimmed as the model's memory is
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+@pytest.mark.parametrize("variant", ["plain", "same-length", "adaptive"])
+def test_generated_tokens_identical_to_segment_model(do_sample, variant):
+    model = tiny_model(seed=4, **{"tgt_len": 5, "mem_len": 4, **VARIANTS[variant]})
+    prompt = random_tokens(12, seed=4).tolist()
+    sampling = SamplingConfig(max_new_tokens=20, do_sample=do_sample, temperature=0.8, top_k=30, top_p=0.95, seed=7)
+    cached = generate(model, [prompt], sampling, method="cached")
+    plain = generate(model, [prompt], sampling, method="segment")
+    assert cached == plain and len(cached[0]) == 20
+
+
+def test_batched_prompts_of_different_lengths_equal_each_row_alone():
+    model = tiny_model(seed=5, tgt_len=4, mem_len=5)
+    prompts = [random_tokens(n, seed=n).tolist() for n in (1, 7, 3, 11)]
+    sampling = SamplingConfig(max_new_tokens=15, do_sample=False)
+    batched = generate(model, prompts, sampling)
+    alone = [generate(model, [p], sampling)[0] for p in prompts]
+    assert batched == alone
+    assert batched == generate(model, prompts, sampling, method="segment")
+
+
+def test_stop_tokens_end_a_row_and_streaming_reports_each_step():
+    model = tiny_model(seed=6, tgt_len=4, mem_len=4)
+    prompt = random_tokens(5, seed=6).tolist()
+    free = generate(model, [prompt], SamplingConfig(max_new_tokens=12, do_sample=False))[0]
+    stop = free[4]
+    seen = []
+    out = generate(model, [prompt], SamplingConfig(max_new_tokens=12, do_sample=False, stop_tokens=[stop]),
+                   on_token=lambda i, tok: seen.append(int(tok[0])))
+    assert out[0] == free[: free.index(stop) + 1]
+    assert seen == out[0]
+
+
+def test_seed_makes_sampling_reproducible():
+    model = tiny_model(seed=8)
+    cfg = SamplingConfig(max_new_tokens=10, seed=123)
+    assert model.generate([[1, 2, 3]], **vars(cfg)) == model.generate([[1, 2, 3]], **vars(cfg))
+
+
+def test_empty_prompt_and_bad_settings_are_refused():
+    model = tiny_model()
+    with pytest.raises(ConfigError, match="empty prompt"):
+        generate(model, [[]])
+    with pytest.raises(ConfigError, match="temperature"):
+        generate(model, [[1]], SamplingConfig(temperature=0))
+
+
+def test_top_k_top_p_filtering():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_top_k_top_p(logits, 2, 1.0)).tolist() == [[False, False, True, True]]
+    # top_p=0.7: 0.5 alone is not enough, 0.5+0.3 is: keep two
+    assert torch.isinf(filter_top_k_top_p(logits, 0, 0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_top_k_top_p(logits, 0, 0.5)).tolist() == [[False, True, True, True]]
+
+
+def test_repetition_penalty():
+    logits = torch.tensor([[2.0, -1.0, 3.0]])
+    out = apply_repetition_penalty(logits, torch.tensor([[0, 1, -1]]), 2.0)
+    assert out.tolist() == [[1.0, -2.0, 3.0]]
+
+
+def test_other_attention_types_generate_with_segment_method():
+    model = tiny_model(seed=9, attn_type=2, tgt_len=4, mem_len=4)
+    out = model.generate([[1, 2, 3, 4, 5, 6]], max_new_tokens=6, do_sample=False)
+    assert len(out[0]) == 6
