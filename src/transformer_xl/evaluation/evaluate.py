@@ -40,6 +40,7 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
     model's own run-time lengths are restored afterwards.
     """
     from ..data import LMOrderedIterator
+    from ..training.loop import align_labels
 
     device = device or next(model.parameters()).device
     saved = (model.tgt_len, model.ext_len, model.mem_len, model.clamp_len, model.same_length)
@@ -55,6 +56,7 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
         for step, (inp, tgt, _) in enumerate(iterator):
             if max_steps is not None and step >= max_steps:
                 break
+            tgt = align_labels(inp, tgt)
             with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype,
                                 enabled=autocast_dtype is not None):
                 out = model(inp, tgt, mems=mems)

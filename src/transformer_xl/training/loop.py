@@ -22,6 +22,7 @@ import yaml
 
 from ..errors import ConfigError, DataError
 from ..model import TransformerXL
+from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
 from .config import RunConfig
 from .metrics import MetricsLogger, metric_name, metric_value
@@ -91,9 +92,9 @@ class Trainer:
         self.model = TransformerXL(cfg.model_config(n_token=len(self.corpus.vocab))).to(self.device)
         self.optimizer = build_optimizer(self.model, t)
         self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
-        self.step, self.epoch, self.best_valid, self.last_valid = 0, 0, None, None
+        self.step, self.best_valid, self.last_valid = 0, None, None
         self.chunk_mems: List = [None] * t.batch_chunk
-        self.iterator = self._new_iterator(epoch=0)
+        self.iterator = self._new_iterator()
         self.elapsed_before = 0.0
         latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
         if latest is not None:
@@ -111,12 +112,16 @@ class Trainer:
         with open(self.run_dir / RUN_CONFIG_NAME, "w", encoding="utf-8") as fh:
             yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
 
-    def _new_iterator(self, epoch: int):
+    def _new_iterator(self):
         from ..data import LMOrderedIterator
 
-        t, m = self.cfg.train, self.cfg.model_config(len(self.corpus.vocab))
+        t, m = self.cfg.train, self.model.config
         return LMOrderedIterator(self.corpus.train, t.batch_size, m.tgt_len, ext_len=m.ext_len, device=self.device,
-                                 varlen=t.varlen, seed=t.seed + epoch)
+                                 varlen=t.varlen, seed=t.seed)
+
+    @property
+    def epoch(self) -> int:
+        return self.iterator.epoch
 
     def _restore(self, directory: Path) -> None:
         saved = TransformerXL.from_pretrained(directory, map_location=self.device)
@@ -128,10 +133,9 @@ class Trainer:
         if state.get("vocab_size") != len(self.corpus.vocab):
             raise DataError(f"{directory}: vocabulary of {state.get('vocab_size')} symbols does not match the "
                             f"corpus' {len(self.corpus.vocab)}")
-        self.step, self.epoch = state["step"], state["epoch"]
+        self.step = state["step"]
         self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
         self.elapsed_before = state.get("elapsed", 0.0)
-        self.iterator = self._new_iterator(self.epoch)
         self.iterator.load_state_dict(state["data"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -140,13 +144,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def _batches(self):
-        """Training batches forever; a new epoch restarts the stream and forgets the memory."""
+        """Training batches forever; each epoch starts the streams again and forgets the memory."""
         while True:
-            for batch in self.iterator:
-                yield batch
-            self.epoch += 1
-            self.iterator = self._new_iterator(self.epoch)
-            self.chunk_mems = [None] * self.cfg.train.batch_chunk
+            if self.iterator.position == 0:
+                self.chunk_mems = [None] * self.cfg.train.batch_chunk
+            for inp, tgt, _ in self.iterator:
+                yield inp, align_labels(inp, tgt)
 
     def train_step(self, inp: torch.Tensor, tgt: torch.Tensor) -> float:
         """One optimiser step over ``batch_chunk`` chunks; returns the mean loss."""
@@ -161,7 +164,7 @@ class Trainer:
             self.chunk_mems[c] = out.mems
             loss = out.loss.float() / t.batch_chunk
             self.scaler.scale(loss).backward()
-            total += float(loss)
+            total += float(loss.detach())
         if t.clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
@@ -212,13 +215,13 @@ class Trainer:
         batches = self._batches()
         try:
             while self.step < t.max_steps:
-                inp, tgt, _ = next(batches)
+                inp, tgt = next(batches)
                 loss = self.train_step(inp, tgt)
                 if not math.isfinite(loss):
                     raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup-steps")
                 losses.append(loss)
                 window_loss, window_steps = window_loss + loss, window_steps + 1
-                window_tokens += int((tgt != -100).sum())
+                window_tokens += int((tgt != IGNORE_INDEX).sum())
                 elapsed = self.elapsed_before + time.perf_counter() - start
                 if self.step % t.log_interval == 0 or self.step == t.max_steps:
                     now = time.perf_counter()
@@ -268,6 +271,14 @@ class Trainer:
         else:
             log.info(message)
         return is_best
+
+
+def align_labels(inp: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """Labels ``[B, L]`` for inputs ``[B, ext + L]``: the ``ext`` leading context positions get -100."""
+    ext = inp.size(1) - tgt.size(1)
+    if ext == 0:
+        return tgt
+    return torch.cat([tgt.new_full((tgt.size(0), ext), IGNORE_INDEX), tgt], dim=1)
 
 
 def _progress(t, initial: int):
