@@ -1,0 +1,34 @@
+"""Data layer: vocabularies, named and user corpora (downloaded, encoded, cached) and ordered LM batches.
+
+Quick tour::
+
+    from transformer_xl.data import load_corpus, load_text_corpus
+
+    corpus = load_corpus("wt103")              # download, preprocess as the paper's code, cache
+    corpus = load_corpus("ptb", data_dir="data/ptb")
+    corpus = load_corpus("default")            # offline: the Python standard library's source, byte level
+    corpus = load_text_corpus("my.txt", level="bpe")
+
+    it = corpus.get_iterator("train", batch_size=60, tgt_len=150, varlen=True, seed=1)
+    for input_ids, labels, seq_len in it:      # [B, L] int64 tensors, rows continue across batches
+        ...
+    state = it.state_dict()                    # JSON-serialisable; load_state_dict() resumes exactly
+
+Every user error (missing, empty or undecodable file, unknown corpus, failed download) is a one-line
+:class:`transformer_xl.errors.DataError`.
+"""
+
+from .bpe import BPETokenizer
+from .cache import CACHE_ENV, cache_root
+from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_corpus, load_text_corpus,
+                     split_sizes)
+from .download import RemoteFile, download_file, verify_file
+from .iterator import LMOrderedIterator
+from .stdlib import DEFAULT_CORPUS_BYTES
+from .vocab import ByteVocab, Tokenizer, Vocab, load_vocab
+
+__all__ = [
+    "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "KNOWN_CORPORA", "LEVELS",
+    "LMOrderedIterator", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file", "load_corpus",
+    "load_default_corpus", "load_text_corpus", "load_vocab", "split_sizes", "verify_file",
+]

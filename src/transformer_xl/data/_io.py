@@ -1,0 +1,187 @@
+"""File helpers shared by the data layer: checked reading, UTF-8 decoding with byte offsets, atomic writes.
+
+Text is read the way the original code read it (``open(path, encoding='utf-8')`` and iterating over
+lines): universal newlines (``\\r\\n`` and a lone ``\\r`` both become ``\\n``), no BOM stripping, and a
+final line without a trailing newline still counts as a line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator, List, Union
+
+import numpy as np
+
+from ..errors import DataError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Bytes read at a time when streaming a text file.
+BLOCK_SIZE = 1 << 24
+
+
+def check_file(path: PathLike, what: str = "file") -> Path:
+    """Return ``path`` as a Path after checking it names a non-empty regular file (else DataError)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataError(f"{what} not found: {p}")
+    if not p.is_file():
+        raise DataError(f"{what} is not a regular file: {p}")
+    if p.stat().st_size == 0:
+        raise DataError(f"{what} is empty: {p}")
+    return p
+
+
+def decode_utf8(data: bytes, origin: str, base_offset: int = 0) -> str:
+    """Decode UTF-8 strictly; a bad byte raises DataError naming ``origin`` and the absolute byte offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = base_offset + exc.start
+        raise DataError(f"{origin} is not valid UTF-8 text: undecodable byte 0x{data[exc.start]:02x} at byte offset "
+                        f"{offset} (use level='byte' for arbitrary bytes)") from None
+
+
+def normalize_newlines(text: str) -> str:
+    """Universal newlines, as Python's text mode: ``\\r\\n`` and ``\\r`` become ``\\n``."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _byte_blocks(stream: BinaryIO, block_size: int) -> Iterator[bytes]:
+    """Yield consecutive chunks of ``stream`` that each end just after a ``\\n`` (the last one may not)."""
+    pending = b""
+    while True:
+        chunk = stream.read(block_size)
+        if not chunk:
+            break
+        pending += chunk
+        cut = pending.rfind(b"\n")
+        if cut < 0:
+            continue
+        yield pending[: cut + 1]
+        pending = pending[cut + 1:]
+    if pending:
+        yield pending
+
+
+def iter_text_blocks(path: PathLike, block_size: int = BLOCK_SIZE) -> Iterator[str]:
+    """Decoded, newline-normalized blocks of a UTF-8 text file; each block but the last ends with ``\\n``.
+
+    Raises DataError (file and byte offset) on the first undecodable byte.
+    """
+    p = Path(path)
+    offset = 0
+    with open(p, "rb") as f:
+        for block in _byte_blocks(f, block_size):
+            yield normalize_newlines(decode_utf8(block, str(p), offset))
+            offset += len(block)
+
+
+def split_lines(text: str) -> List[str]:
+    """Lines of an already normalized text, as iterating over a file gives them, without the ``\\n``."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def iter_lines(path: PathLike) -> Iterator[str]:
+    """Lines of a UTF-8 text file (without their newline), streamed block by block."""
+    for block in iter_text_blocks(path):
+        yield from split_lines(block)
+
+
+def read_text(path: PathLike) -> str:
+    """The whole of a UTF-8 text file, newline-normalized (DataError on undecodable bytes)."""
+    return "".join(iter_text_blocks(path))
+
+
+def read_bytes(path: PathLike) -> bytes:
+    """The whole of a file as bytes."""
+    return Path(path).read_bytes()
+
+
+def file_digest(path: PathLike, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
+    """Hex digest of a file's bytes."""
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(path: PathLike) -> dict:
+    """What identifies a version of a file for the cache: resolved path, size and mtime (ns)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def stable_hash(obj: Any, length: int = 16) -> str:
+    """Short sha256 hex digest of the canonical JSON form of ``obj``."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file through ``write(fileobj)`` into a temporary sibling, then ``os.replace`` it into place."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
+    """Atomically write ``data`` to ``path``."""
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_json(path: PathLike, obj: Any) -> Path:
+    """Atomically write ``obj`` as UTF-8 JSON."""
+    blob = json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8")
+    return atomic_write_bytes(path, blob)
+
+
+def atomic_save_npy(path: PathLike, array: np.ndarray) -> Path:
+    """Atomically save a 1-D array as ``.npy``."""
+    return atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def load_npy(path: PathLike) -> np.ndarray:
+    """Load a ``.npy`` file memory-mapped read-only."""
+    return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+def read_json(path: PathLike, what: str = "JSON file") -> Any:
+    """Parse a UTF-8 JSON file; DataError if it is missing or malformed."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{what} not found: {p}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{what} is not valid JSON: {p} ({exc})") from None
+
+
+def smallest_dtype(n_symbols: int) -> np.dtype:
+    """Smallest unsigned/signed integer dtype that holds ids ``0 .. n_symbols-1``."""
+    if n_symbols <= 1 << 8:
+        return np.dtype(np.uint8)
+    if n_symbols <= 1 << 16:
+        return np.dtype(np.uint16)
+    if n_symbols <= 1 << 31:
+        return np.dtype(np.int32)
+    return np.dtype(np.int64)

@@ -1,0 +1,99 @@
+"""Bad input: every case is a DataError with a one-line message that says what is wrong and where."""
+
+import numpy as np
+import pytest
+
+from test_data_support import one_line
+from transformer_xl.data import KNOWN_CORPORA, load_corpus, load_text_corpus
+from transformer_xl.errors import DataError, TXLError
+
+
+def test_data_error_is_a_txl_error():
+    assert issubclass(DataError, TXLError) and DataError.exit_code == 2
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_text_corpus(tmp_path / "nope.txt", cache_dir=tmp_path)
+    assert "not found" in one_line(info.value) and "nope.txt" in str(info.value)
+
+
+def test_missing_valid_file(tmp_path):
+    (tmp_path / "train.txt").write_text("a b\n" * 100, encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        load_text_corpus(tmp_path / "train.txt", valid=tmp_path / "valid.txt", cache_dir=tmp_path)
+    assert "valid.txt" in one_line(info.value)
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    for level in ("word", "char", "byte", "bpe"):
+        with pytest.raises(DataError) as info:
+            load_text_corpus(tmp_path / "empty.txt", level=level, cache_dir=tmp_path)
+        assert "empty" in one_line(info.value) and "empty.txt" in str(info.value)
+
+
+def test_directory_instead_of_file(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_text_corpus(tmp_path, cache_dir=tmp_path / "c")
+    one_line(info.value)
+
+
+@pytest.mark.parametrize("level", ["word", "char", "bpe"])
+def test_undecodable_bytes_name_file_and_offset(tmp_path, level):
+    good = "fine line\n".encode("utf-8") * 300 + "naïve\n".encode("utf-8")
+    bad = good + b"oops \xff\xfe here\n" + b"more text\n" * 50
+    path = tmp_path / "bad.txt"
+    path.write_bytes(bad)
+    with pytest.raises(DataError) as info:
+        load_text_corpus(path, level=level, cache_dir=tmp_path / "c")
+    msg = one_line(info.value)
+    offset = bad.index(b"\xff")
+    assert str(path) in msg and f"byte offset {offset}" in msg
+
+
+def test_byte_level_accepts_any_bytes(tmp_path):
+    raw = bytes(range(256)) * 40
+    path = tmp_path / "blob.bin"
+    path.write_bytes(raw)
+    c = load_text_corpus(path, level="byte", cache_dir=tmp_path / "c")
+    joined = np.concatenate([np.asarray(c.split(s)) for s in ("train", "valid", "test")])
+    assert joined.tobytes() == raw
+
+
+def test_unknown_corpus_lists_known_ones(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_corpus("wikitext-9000", cache_dir=tmp_path)
+    msg = one_line(info.value)
+    assert "wikitext-9000" in msg and all(name in msg for name in KNOWN_CORPORA)
+
+
+def test_unknown_level(tmp_path):
+    (tmp_path / "t.txt").write_text("a\n", encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        load_text_corpus(tmp_path / "t.txt", level="sentence", cache_dir=tmp_path)
+    assert "sentence" in one_line(info.value)
+
+
+def test_named_corpus_missing_from_data_dir(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_corpus("ptb", data_dir=tmp_path, cache_dir=tmp_path / "c")
+    msg = one_line(info.value)
+    assert str(tmp_path) in msg and "ptb.{train,valid,test}.txt" in msg
+    with pytest.raises(DataError) as info:
+        load_corpus("wt2", data_dir=tmp_path / "absent", cache_dir=tmp_path / "c")
+    assert "absent" in one_line(info.value)
+
+
+def test_too_small_to_split(tmp_path):
+    (tmp_path / "t.txt").write_text("one line only\n", encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        load_text_corpus(tmp_path / "t.txt", cache_dir=tmp_path / "c")
+    assert "too small" in one_line(info.value)
+
+
+def test_corrupt_archive_in_data_dir(tmp_path):
+    (tmp_path / "enwik8.zip").write_bytes(b"PK\x03\x04 this is not a zip")
+    with pytest.raises(DataError) as info:
+        load_corpus("enwik8", data_dir=tmp_path, cache_dir=tmp_path / "c")
+    one_line(info.value)
