@@ -121,6 +121,47 @@ def run_plot(args) -> int:
     return 0
 
 
+def _add_inference_args(p) -> None:
+    p.add_argument("checkpoint", metavar="CKPT", help="a run directory or a checkpoint directory")
+    p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
+    p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
+    p.add_argument("--device", default="auto")
+
+
+@command
+def add_generate(sub) -> None:
+    p = sub.add_parser("generate", help="continue a prompt, printing tokens as they come")
+    _add_inference_args(p)
+    p.add_argument("--prompt", required=True, help="text to continue (read segment by segment into memory)")
+    p.add_argument("--max-new-tokens", type=int, default=100)
+    p.add_argument("--greedy", action="store_true", help="take the most likely token (no sampling)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely (0: off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, help="for reproducible sampling")
+    p.add_argument("--stop", nargs="*", metavar="TOKEN", help="stop at these tokens (e.g. '<eos>')")
+    p.set_defaults(func=lambda args: _generation_cli().run_generate(args))
+
+
+@command
+def add_score(sub) -> None:
+    p = sub.add_parser("score", help="per-token log-probs and perplexity of a document, with memory")
+    _add_inference_args(p)
+    p.add_argument("file", help="UTF-8 text file")
+    p.add_argument("--doc-sep", default="blank", choices=["blank", "none"],
+                   help="blank: documents are separated by blank lines (memory resets at each); none: one document")
+    p.add_argument("--tokens", action="store_true", help="also print every token's log-probability")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=lambda args: _generation_cli().run_score(args))
+
+
+def _generation_cli():
+    from .generation import cli
+
+    return cli
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL language models: train, evaluate, "
                                                              "generate and convert.")

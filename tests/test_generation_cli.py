@@ -1,0 +1,101 @@
+"""txl generate / txl score on a real (tiny) PTB checkpoint; prompts and detokenisation."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from transformer_xl.cli import main
+from transformer_xl.data import ByteVocab, Vocab
+from transformer_xl.generation.text import StreamDecoder, encode_prompt
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="module")
+def ptb_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ptb_run")
+    assert main(["train", "--dataset", "ptb", "--data-dir", str(DATA_DIR / "ptb"), "--cache-dir", str(root / "c"),
+                 "--run-dir", str(root / "run"), "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-head",
+                 "16", "--d-inner", "64", "--tgt-len", "8", "--mem-len", "8", "--max-steps", "2", "--eval-interval",
+                 "2", "--eval.max-steps", "1", "--progress", "false", "--tensorboard", "false"]) == 0
+    return root / "run"
+
+
+def test_generate_streams_text_and_maps_unknown_words(ptb_run, capsys, caplog):
+    code = main(["generate", str(ptb_run), "--prompt", "the company said zzqqx", "--max-new-tokens", "12",
+                 "--seed", "3"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("the company said zzqqx")
+    generated = out[len("the company said zzqqx"):-1]  # the command ends with a newline
+    assert len(generated.split()) + generated.count("\n") == 12  # 12 tokens: words, and <eos> as newlines
+    assert any("zzqqx" in r.getMessage() and "<unk>" in r.getMessage() for r in caplog.records)
+
+
+def test_generate_is_reproducible_with_a_seed(ptb_run, capsys):
+    args = ["generate", str(ptb_run), "--prompt", "stocks fell", "--max-new-tokens", "10", "--seed", "11"]
+    main(args)
+    first = capsys.readouterr().out
+    main(args)
+    assert capsys.readouterr().out == first
+
+
+def test_checkpoint_without_vocabulary_is_one_line(ptb_run, tmp_path, capsys):
+    from transformer_xl.model import TransformerXL
+
+    TransformerXL.from_pretrained(ptb_run / "best").save_pretrained(tmp_path / "bare")
+    assert main(["generate", str(tmp_path / "bare"), "--prompt", "the"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "vocabulary" in err
+
+
+def test_score_resets_memory_at_document_boundaries(ptb_run, tmp_path, capsys):
+    doc_a = "the market fell sharply\nanalysts said\n"
+    doc_b = "the company reported a loss\n"
+    both, only_b = tmp_path / "both.txt", tmp_path / "b.txt"
+    both.write_text(doc_a + "\n" + doc_b)
+    only_b.write_text(doc_b)
+    assert main(["score", str(ptb_run), str(both), "--json", "--tokens"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert main(["score", str(ptb_run), str(only_b), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert scored["documents"] == 2
+    assert scored["per_document"][1]["loss"] == pytest.approx(alone["loss"], rel=1e-6)
+    assert scored["tokens"] == (4 + 1 + 2 + 1 - 1) + (5 + 1 - 1)  # words + <eos>, minus each first token
+    assert [t["token"] for t in scored["per_document"][0]["token_logprobs"]][:3] == ["market", "fell", "sharply"]
+    assert all(t["logprob"] <= 0 for t in scored["per_document"][0]["token_logprobs"])
+
+
+def test_score_bad_files(ptb_run, tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\n\xff\n")
+    for path in (empty, bad, tmp_path / "missing.txt"):
+        assert main(["score", str(ptb_run), str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err
+
+
+def word_vocab():
+    v = Vocab(special=["<eos>"], add_eos=True)
+    v.count_text("a b c\n<unk> d\n")
+    return v.build_vocab()
+
+
+def test_word_prompt_gets_eos_only_after_finished_lines():
+    v = word_vocab()
+    ids = encode_prompt(v, "a b\nc")
+    assert [v.get_sym(i) for i in ids] == ["a", "b", "<eos>", "c"]
+
+
+def test_stream_decoder_word_and_bytes():
+    v = word_vocab()
+    dec = StreamDecoder(v)
+    assert "".join(dec.piece(v.get_idx(s)) for s in ["a", "b", "<eos>", "c", "d"]) == "a b\nc d"
+    dec = StreamDecoder(ByteVocab())
+    text = "naïve ünïcode"
+    pieces = [dec.piece(b) for b in text.encode("utf-8")]
+    assert "".join(pieces) == text and "" in pieces  # a multi-byte character appears once complete
