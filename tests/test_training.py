@@ -160,3 +160,44 @@ def test_plot_writes_png(tmp_path):
                  "--tensorboard", "false"]) == 0
     assert main(["plot", str(run)]) == 0
     assert (run / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_vocabulary_mismatch_with_checkpoint_exits_2(tmp_path, capsys):
+    """A PTB checkpoint evaluated on WikiText-2 files (same file names, other vocabulary) is refused."""
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "ptb", "--data-dir", str(DATA_DIR / "ptb"), "--cache-dir", str(tmp_path / "c"),
+                 "--run-dir", str(run), "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-head", "16",
+                 "--d-inner", "32", "--max-steps", "1", "--eval-interval", "1", "--eval.max-steps", "1",
+                 "--progress", "false", "--tensorboard", "false"]) == 0
+    capsys.readouterr()
+    code = main(["eval", str(run), "--data-dir", str(DATA_DIR / "wikitext-2"), "--max-steps", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "vocabulary" in err
+
+
+def test_max_time_stops_and_saves(tmp_path):
+    cfg = load_run_config("default", ["--run-dir", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "c"),
+                                      "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-head", "16",
+                                      "--d-inner", "32", "--max-steps", "100000", "--max-time", "2s",
+                                      "--eval.max-steps", "1", "--progress", "false", "--tensorboard", "false"])
+    result = train(cfg)
+    assert result.stopped_by == "max_time" and 0 < result.steps < 100000
+    assert (tmp_path / "run" / "checkpoints" / f"step_{result.steps:08d}").is_dir()
+    assert (tmp_path / "run" / "best" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("div_val", [1, 2, 4])
+def test_bf16_autocast_training_step_with_adaptive_softmax(div_val):
+    """bf16 autocast keeps the loss close to fp32 and gives finite gradients, for every div_val."""
+    from helpers import tiny_model
+
+    model = tiny_model(seed=div_val, cutoffs=[15, 35], div_val=div_val, d_embed=32, tgt_len=8, mem_len=8).train()
+    model.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    tokens = torch.arange(60).repeat(2)[None, :17].repeat(3, 1)
+    fp32 = model(tokens[:, :16], tokens[:, 1:17]).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(tokens[:, :16], tokens[:, 1:17])
+    assert out.loss.dtype == torch.float32
+    assert abs(float(out.loss) - float(fp32)) < 0.05 * float(fp32)
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -197,8 +197,10 @@ def convert_checkpoint(state_dict_path, args_path, out_dir, source: str = "origi
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    return lines[0].split(". ")[0][:200]
 
 
 __all__ = [
