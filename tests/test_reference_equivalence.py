@@ -28,31 +28,11 @@ def original_args(model):
     return state, args
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_converted_model_equals_reference(case):
-    """Memory refreshed each segment (mem_len == tgt_len), three segments."""
-    model = tiny_model(seed=len(case), tgt_len=5, mem_len=5, **CASES[case])
-    state, args = original_args(model)
-    converted = convert_state_dict(state, config_from_args(args, "original"), "original")
-    x = random_tokens(2, 16, seed=len(case))
-    segments = [x[:, s:s + 5] for s in (0, 5, 10)]
-    targets = [x[:, s + 1:s + 6] for s in (0, 5, 10)]
-    expected = reference_losses(state, args, segments, targets)
-    mems = None
-    with torch.no_grad():
-        for seg, tgt, ref in zip(segments, targets, expected):
-            out = converted(seg, tgt, mems=mems)
-            mems = out.mems
-            torch.testing.assert_close(out.losses, ref, rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize("attn_type", [0, 1])
-def test_longer_memory_than_segment_equals_reference(attn_type):
-    model = tiny_model(seed=7, attn_type=attn_type, tgt_len=3, mem_len=7)
-    state, args = original_args(model)
-    x = random_tokens(2, 13, seed=7)
-    segments = [x[:, s:s + 3] for s in range(0, 12, 3)]
-    targets = [x[:, s + 1:s + 4] for s in range(0, 12, 3)]
+def assert_matches_reference(model, state, args, x, seg_len):
+    """Per-token losses of ``model`` over consecutive segments, memory carried, equal the reference's."""
+    starts = range(0, x.size(1) - 1, seg_len)
+    segments = [x[:, s:s + seg_len] for s in starts]
+    targets = [x[:, s + 1:s + 1 + seg_len] for s in starts]
     expected = reference_losses(state, args, segments, targets)
     mems = None
     with torch.no_grad():
@@ -60,3 +40,19 @@ def test_longer_memory_than_segment_equals_reference(attn_type):
             out = model(seg, tgt, mems=mems)
             mems = out.mems
             torch.testing.assert_close(out.losses, ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_converted_model_equals_reference(case):
+    """Memory refreshed each segment (mem_len == tgt_len), three segments."""
+    model = tiny_model(seed=len(case), tgt_len=5, mem_len=5, **CASES[case])
+    state, args = original_args(model)
+    converted = convert_state_dict(state, config_from_args(args, "original"), "original")
+    assert_matches_reference(converted, state, args, random_tokens(2, 16, seed=len(case)), 5)
+
+
+@pytest.mark.parametrize("attn_type", [0, 1])
+def test_longer_memory_than_segment_equals_reference(attn_type):
+    model = tiny_model(seed=7, attn_type=attn_type, tgt_len=3, mem_len=7)
+    state, args = original_args(model)
+    assert_matches_reference(model, state, args, random_tokens(2, 13, seed=7), 3)

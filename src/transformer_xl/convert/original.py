@@ -16,7 +16,6 @@ Files are read with ``safetensors`` or ``torch.load(weights_only=True)``: never 
 
 from __future__ import annotations
 
-import json
 import pickle
 import warnings
 import zipfile
@@ -26,7 +25,7 @@ from typing import Dict, Mapping, Tuple
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from ..model.config import TransformerXLConfig
+from ..model.config import TransformerXLConfig, read_json_object
 from ..model.io import describe_mismatch, load_into, load_safetensors, unique_state_dict
 from ..model.transformer import TransformerXL
 
@@ -173,23 +172,9 @@ def load_state_dict_file(path) -> Dict[str, torch.Tensor]:
     return dict(obj)
 
 
-def load_args_file(path) -> dict:
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            args = json.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(args, dict):
-        raise ConfigError(f"{path}: expected a JSON object of constructor arguments")
-    return args
-
-
 def convert_checkpoint(state_dict_path, args_path, out_dir, source: str = "original") -> TransformerXL:
     """Convert a checkpoint file into a ``save_pretrained`` directory; returns the model."""
-    config = config_from_args(load_args_file(args_path), source)
+    config = config_from_args(read_json_object(args_path, "constructor arguments"), source)
     state = load_state_dict_file(state_dict_path)
     model = convert_state_dict(state, config, source, origin=str(state_dict_path))
     model.save_pretrained(out_dir)

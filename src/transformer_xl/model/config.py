@@ -137,16 +137,7 @@ class TransformerXLConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "TransformerXLConfig":
-        try:
-            with open(path, "r", encoding="utf-8") as fh:
-                values = json.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: expected a JSON object of config fields")
-        return cls.from_dict(values)
+        return cls.from_dict(read_json_object(path, "config fields"))
 
     def replace(self, **changes: Any) -> "TransformerXLConfig":
         """A validated copy with some fields changed."""
@@ -158,6 +149,20 @@ def _positive(cfg: TransformerXLConfig, *names: str) -> None:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ConfigError(f"{name}: must be a positive number, got {value!r}")
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict:
+    """A JSON file holding one object; anything else is one ConfigError line."""
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            values = json.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a JSON object of {what}")
+    return values
 
 
 def _positive_int(cfg: TransformerXLConfig, *names: str) -> None:
