@@ -77,13 +77,16 @@ def add_eval(sub) -> None:
     p.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT", help="a run directory (uses best/, else the last "
                                                                    "checkpoint) or a checkpoint directory")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
-    p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
+    p.add_argument("--mode", default="segment", choices=["segment", "sliding"],
+                   help="segment: segments with memory (Transformer-XL); sliding: a fresh window of --tgt-len "
+                        "tokens for every prediction, moved by one (the vanilla Transformer's evaluation)")
+    p.add_argument("--tgt-len", type=int, help="segment length, or the window with --mode sliding (default: training value)")
     p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
     p.add_argument("--ext-len", type=int, help="extended context length (default: training value)")
     p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: training value)")
     p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
     p.add_argument("--batch-size", type=int, default=10)
-    p.add_argument("--max-steps", type=int, help="evaluate only the first N segments")
+    p.add_argument("--max-steps", type=int, help="evaluate only the first N segments (with --mode sliding: N predictions per row)")
     p.add_argument("--data-dir", help="local copy of the corpus (default: the run's)")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -99,7 +102,7 @@ def run_eval(args) -> int:
     if args.json:
         print(json.dumps({**result.to_dict(), **info}, sort_keys=True))
     else:
-        print(f"{info['split']}: loss {result.loss:.4f} | {result.metric} {result.value:.4f} | "
+        print(f"{info['split']} ({info['mode']}): loss {result.loss:.4f} | {result.metric} {result.value:.4f} | "
               f"{result.tokens:,} tokens in {result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s) | "
               f"tgt_len {info['tgt_len']} mem_len {info['mem_len']} clamp_len {info['clamp_len']} "
               f"same_length {info['same_length']}")

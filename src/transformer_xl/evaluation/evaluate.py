@@ -9,6 +9,7 @@ from typing import Optional
 
 import torch
 
+from ..errors import ConfigError
 from ..model.transformer import IGNORE_INDEX
 from ..training.metrics import metric_name, metric_value
 
@@ -32,13 +33,20 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
              ext_len: Optional[int] = None, clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
-             level: str = "word", max_steps: Optional[int] = None, device=None, autocast_dtype=None) -> EvalResult:
+             level: str = "word", max_steps: Optional[int] = None, device=None, autocast_dtype=None,
+             mode: str = "segment") -> EvalResult:
     """Mean per-token loss of ``model`` on the 1-D token array ``data``.
 
-    The stream is cut into ``batch_size`` contiguous rows and read segment by segment with
-    memory, as the paper's code does. Lengths default to the model's training values. The
-    model's own run-time lengths are restored afterwards.
+    The stream is cut into ``batch_size`` contiguous rows. ``mode='segment'`` reads them segment by
+    segment with memory, as the paper's code does; ``mode='sliding'`` is the vanilla Transformer's
+    evaluation: each prediction runs a fresh window of ``tgt_len`` tokens, then the window moves by
+    one (``max_steps`` then counts predictions per row). Lengths default to the model's training
+    values; the model's own run-time lengths are restored afterwards.
     """
+    if mode == "sliding":
+        return _evaluate_sliding(model, data, batch_size, tgt_len or model.tgt_len, level, max_steps, device)
+    if mode != "segment":
+        raise ConfigError(f"mode: must be 'segment' or 'sliding', got {mode!r}")
     from ..data import LMOrderedIterator
     from ..training.loop import align_labels
 
@@ -70,3 +78,14 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
     loss = total / max(count, 1)
     metric = metric_name(level)
     return EvalResult(loss=loss, tokens=count, seconds=seconds, metric=metric, value=metric_value(loss, metric))
+
+
+def _evaluate_sliding(model, data, batch_size, window, level, max_predictions, device) -> EvalResult:
+    from .token_losses import sliding_losses
+
+    start = time.perf_counter()
+    losses = sliding_losses(model, data, batch_size, window, max_tokens=max_predictions, device=device)
+    seconds = time.perf_counter() - start
+    loss = float(losses.double().mean())
+    metric = metric_name(level)
+    return EvalResult(loss=loss, tokens=losses.numel(), seconds=seconds, metric=metric, value=metric_value(loss, metric))

@@ -1,0 +1,139 @@
+"""``txl bench eval-speed``: the paper's Table 9 measured here.
+
+For each attention length A, two models of the same depth and width read the same tokens:
+
+* vanilla Transformer (attn_type 2, no memory), sliding-window evaluation: every prediction runs
+  a fresh window of A tokens;
+* Transformer-XL (attn_type 0), segment evaluation with memory: segments of ``min(A, 128)`` tokens,
+  memory A, so every query attends over at least A keys.
+
+Why the ratio is what it is (multiply-accumulates per predicted token, d = d_model, f = d_inner,
+h = n_head * d_head, V = vocabulary, n = n_layer, S = XL segment length):
+
+* vanilla: A tokens pass through every layer and attention is over the window:
+  ``n * (A * (4 h d + 2 d f) + A^2 h) + d V``;
+* Transformer-XL: one new token per prediction, attending over about A + S/2 keys, plus the
+  position keys of the segment: ``n * (4 h d + 2 d f + 2 (A + S/2) h + (A + S) h d / S) + d V``.
+
+The dense part of the ratio is about A, so the speed-up grows linearly with the attention length
+until the memory-bound parts dominate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+
+from ..model import TransformerXL, TransformerXLConfig
+from .token_losses import segment_losses, sliding_losses
+
+
+@dataclass
+class SpeedRow:
+    attn_len: int
+    vanilla_s_per_token: float
+    xl_s_per_token: float
+    vanilla_tokens: int
+    xl_tokens: int
+    macs_ratio: float  # operation-count ratio vanilla / XL per predicted token
+
+    @property
+    def speedup(self) -> float:
+        return self.vanilla_s_per_token / self.xl_s_per_token
+
+
+def macs_per_token(cfg: TransformerXLConfig, attn_len: int, vanilla: bool, seg_len: int) -> float:
+    """Multiply-accumulates to predict one token (see the module docstring)."""
+    d, f, h, n, v = cfg.d_model, cfg.d_inner, cfg.n_head * cfg.d_head, cfg.n_layer, cfg.n_token
+    if vanilla:
+        return n * (attn_len * (4 * h * d + 2 * d * f) + attn_len ** 2 * h) + d * v
+    keys = attn_len + seg_len / 2
+    return n * (4 * h * d + 2 * d * f + 2 * keys * h + (attn_len + seg_len) * h * d / seg_len) + d * v
+
+
+def bench_models(n_layer: int, d_model: int, n_head: int, d_inner: int, n_token: int, seed: int = 0):
+    torch.manual_seed(seed)
+    common = dict(n_token=n_token, n_layer=n_layer, n_head=n_head, d_model=d_model, d_head=d_model // n_head,
+                  d_inner=d_inner, dropout=0.0, dropatt=0.0)
+    vanilla = TransformerXL(TransformerXLConfig(attn_type=2, mem_len=0, **common)).eval()
+    xl = TransformerXL(TransformerXLConfig(attn_type=0, **common)).eval()
+    return vanilla, xl
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def measure(vanilla, xl, data, attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int,
+            batch_size: int = 1, seg_len: int = 128) -> List[SpeedRow]:
+    rows = []
+    for a in attn_lens:
+        seg = min(a, seg_len)
+        n_van = max(1, vanilla_tokens // batch_size)
+        # vanilla: time only full windows of A tokens (the shorter prefixes of a row's start are skipped)
+        _, t_van = _timed(lambda: sliding_losses(vanilla, data, batch_size, window=a, max_tokens=a - 1 + n_van,
+                                                 first=a - 1))
+        # Transformer-XL: every token from the row start; the first A (memory still filling) are a bit
+        # cheaper, so at least 4 A tokens are timed
+        n_xl = max(4 * a, xl_tokens // batch_size)
+        _, t_xl = _timed(lambda: segment_losses(xl, data, batch_size, tgt_len=seg, mem_len=a, max_tokens=n_xl))
+        ratio = macs_per_token(vanilla.config, a, True, seg) / macs_per_token(xl.config, a, False, seg)
+        rows.append(SpeedRow(a, t_van / (n_van * batch_size), t_xl / (n_xl * batch_size), n_van * batch_size,
+                             n_xl * batch_size, ratio))
+    return rows
+
+
+def format_table(rows: Sequence[SpeedRow]) -> str:
+    lines = ["| attention length | vanilla ms/token | Transformer-XL ms/token | speed-up | op-count ratio |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.attn_len} | {1e3 * r.vanilla_s_per_token:.3f} | {1e3 * r.xl_s_per_token:.4f} "
+                     f"| {r.speedup:,.1f}x | {r.macs_ratio:,.1f}x |")
+    return "\n".join(lines)
+
+
+def plot_speed(rows: Sequence[SpeedRow], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=120)
+    xs = [r.attn_len for r in rows]
+    ax.plot(xs, [r.speedup for r in rows], "o-", label="measured speed-up")
+    ax.plot(xs, [r.macs_ratio for r in rows], "s--", label="operation-count ratio")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("attention length")
+    ax.set_ylabel("vanilla time / Transformer-XL time")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def default_tokens(n_tokens: int) -> torch.Tensor:
+    """Real text to time on: the start of the built-in corpus' validation split."""
+    from ..data import load_corpus
+
+    corpus = load_corpus("default")
+    return torch.as_tensor(corpus.valid[:n_tokens].astype("int64"))
+
+
+def run_eval_speed(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int, n_layer: int, d_model: int,
+                   n_head: int, d_inner: int, plot: Optional[str]) -> List[SpeedRow]:
+    data = default_tokens(max(4 * max(attn_lens), max(attn_lens) + vanilla_tokens, xl_tokens) + 2).numpy()
+    vanilla, xl = bench_models(n_layer, d_model, n_head, d_inner, n_token=256)
+    rows = measure(vanilla, xl, data, attn_lens, vanilla_tokens, xl_tokens)
+    if plot:
+        plot_speed(rows, plot)
+    return rows
+
+
+__all__ = ["SpeedRow", "bench_models", "format_table", "macs_per_token", "measure", "plot_speed", "run_eval_speed"]

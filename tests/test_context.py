@@ -1,0 +1,63 @@
+"""RECL on constructed loss curves returns the values worked out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from helpers import random_tokens, tiny_model
+from transformer_xl.errors import ConfigError
+from transformer_xl.evaluation.context import context_losses, recl, relative_gain
+
+
+def flat(value, n=10):
+    return np.full(n, float(value))
+
+
+def test_recl_uniform_losses():
+    # A improves from 10 to 20 tokens of context and not beyond; B never improves.
+    group = {"A": {10: flat(2), 20: flat(1), 30: flat(1)}, "B": {10: flat(2), 20: flat(2), 30: flat(2)}}
+    # by hand: g_A(10, 20) = (e^2 - e^1) / e^2 = 1 - 1/e;  g_A(20, 30) = 0 (baseline at 20 is A's 1.0)
+    assert relative_gain(group, "A", 10, 20, r=1.0) == pytest.approx(1 - math.exp(-1))
+    assert relative_gain(group, "A", 20, 30, r=1.0) == pytest.approx(0.0)
+    result = recl(group, [10, 20, 30], r=1.0)
+    assert (result["A"].recl, result["A"].capped) == (20, False)
+    assert (result["B"].recl, result["B"].capped) == (10, False)
+
+
+def test_recl_top_r_counts_only_hard_tokens():
+    hard_first = np.array([5.0] + [1.0] * 9)
+    easy_gain = np.array([5.0] + [0.1] * 9)  # A gains on the easy tokens only
+    hard_gain = np.array([3.0] + [1.0] * 9)  # B gains on the hardest token only
+    group = {"A": {10: hard_first, 20: easy_gain}, "B": {10: hard_first, 20: hard_gain}}
+    # r = 0.1 keeps token 0 only: A gains nothing there, B gains (e^5 - e^3) / e^5
+    assert relative_gain(group, "A", 10, 20, r=0.1) == pytest.approx(0.0)
+    assert relative_gain(group, "B", 10, 20, r=0.1) == pytest.approx(1 - math.exp(-2))
+    # r = 1 (every token): f(10,10) = 1.4; A: f = (5 + 0.9) / 10 = 0.59; B: f = (3 + 9) / 10 = 1.2
+    assert relative_gain(group, "A", 10, 20, r=1.0) == pytest.approx(1 - math.exp(0.59 - 1.4))
+    assert relative_gain(group, "B", 10, 20, r=1.0) == pytest.approx(1 - math.exp(1.2 - 1.4))
+    at_01 = recl(group, [10, 20], r=0.1)
+    assert str(at_01["A"]) == "10" and str(at_01["B"]) == ">= 20"
+
+
+def test_gains_below_the_baseline_do_not_count_negative():
+    """A model worse than the baseline at the long length gets gain 0, not a negative gain."""
+    group = {"A": {1: flat(1), 2: flat(3)}, "B": {1: flat(2), 2: flat(2)}}
+    assert relative_gain(group, "A", 1, 2, r=1.0) == pytest.approx(0.0)
+
+
+def test_recl_needs_a_group_and_all_lengths():
+    with pytest.raises(ConfigError, match="two or more"):
+        recl({"A": {1: flat(1)}}, [1])
+    with pytest.raises(ConfigError, match="context length"):
+        recl({"A": {1: flat(1), 2: flat(1)}, "B": {1: flat(1)}}, [1, 2])
+
+
+def test_context_losses_are_aligned_across_lengths():
+    model = tiny_model(seed=5, tgt_len=4, mem_len=4)
+    data = random_tokens(2 * 40, seed=5).numpy()
+    losses = context_losses(model, data, [4, 8, 16], batch_size=2, max_tokens=30)
+    assert {c: v.shape for c, v in losses.items()} == {4: (60,), 8: (60,), 16: (60,)}
+    vanilla = tiny_model(seed=5, attn_type=2, tgt_len=4, mem_len=0)
+    sliding = context_losses(vanilla, data, [2, 4], batch_size=2, max_tokens=30)
+    assert sliding[2].shape == (60,) and not np.allclose(sliding[2], sliding[4])
