@@ -61,3 +61,29 @@ def test_context_losses_are_aligned_across_lengths():
     vanilla = tiny_model(seed=5, attn_type=2, tgt_len=4, mem_len=0)
     sliding = context_losses(vanilla, data, [2, 4], batch_size=2, max_tokens=30)
     assert sliding[2].shape == (60,) and not np.allclose(sliding[2], sliding[4])
+
+
+def test_context_and_eval_speed_commands(tmp_path, capsys):
+    import json
+
+    from transformer_xl.cli import main
+
+    runs = []
+    for name, extra in (("xl", []), ("vanilla", ["--attn-type", "2", "--mem-len", "0"])):
+        run = tmp_path / name
+        assert main(["train", "--run-dir", str(run), "--cache-dir", str(tmp_path / "c"), "--n-layer", "1",
+                     "--d-model", "32", "--n-head", "2", "--d-head", "16", "--d-inner", "32", "--tgt-len", "8",
+                     "--mem-len", "8", "--max-steps", "2", "--eval-interval", "2", "--eval.max-steps", "1",
+                     "--progress", "false", "--tensorboard", "false"] + extra) == 0
+        runs.append(str(run))
+    capsys.readouterr()
+    assert main(["context", *runs, "--lengths", "4", "8", "--max-tokens", "20", "--batch-size", "2",
+                 "--plot", str(tmp_path / "ctx.png"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["loss"]) == {"xl", "vanilla"} and set(out["recl"]) == {"r=0.1", "r=1.0"}
+    assert (tmp_path / "ctx.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["bench", "eval-speed", "--attn-lens", "8", "16", "--vanilla-tokens", "4", "--xl-tokens", "32",
+                 "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-inner", "32",
+                 "--plot", str(tmp_path / "speed.png")]) == 0
+    table = capsys.readouterr().out
+    assert "| 8 |" in table and "| 16 |" in table and (tmp_path / "speed.png").exists()

@@ -165,6 +165,62 @@ def _generation_cli():
     return cli
 
 
+@command
+def add_context(sub) -> None:
+    p = sub.add_parser("context", help="loss against context length; RECL for two or more models",
+                       description="Evaluate each model at increasing context lengths (Transformer-XL: memory with "
+                                   "same_length; models without memory: sliding windows), plot loss against context "
+                                   "length, and with two or more models compute the paper's Relative Effective "
+                                   "Context Length (r=0.1 and r=1).")
+    p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="run or checkpoint directories")
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    p.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=500, help="predictions per row (default 500)")
+    p.add_argument("--names", nargs="*", help="labels for the models (default: directory names)")
+    p.add_argument("--plot", help="PNG path (default: context.png in the current directory)", default="context.png")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=lambda args: _context_cli().run_context(args))
+
+
+def _context_cli():
+    from .evaluation import cli
+
+    return cli
+
+
+@command
+def add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="measurements (eval-speed: sliding-window vanilla vs Transformer-XL)")
+    what = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
+    q = what.add_parser("eval-speed", help="the paper's Table 9 on this machine")
+    q.add_argument("--attn-lens", type=int, nargs="+", default=[128, 256, 512, 1024])
+    q.add_argument("--vanilla-tokens", type=int, default=64, help="predictions timed for the vanilla model")
+    q.add_argument("--xl-tokens", type=int, default=4096, help="predictions timed for Transformer-XL")
+    q.add_argument("--n-layer", type=int, default=4)
+    q.add_argument("--d-model", type=int, default=256)
+    q.add_argument("--n-head", type=int, default=8)
+    q.add_argument("--d-inner", type=int, default=1024)
+    q.add_argument("--plot", default="eval_speed.png", help="PNG path")
+    q.set_defaults(func=run_bench_eval_speed)
+
+
+def run_bench_eval_speed(args) -> int:
+    import torch
+
+    from .evaluation.speed import format_table, run_eval_speed
+
+    print(f"models: n_layer {args.n_layer}, d_model {args.d_model}, n_head {args.n_head}, d_inner {args.d_inner}, "
+          f"byte vocabulary; {torch.get_num_threads()} threads; tokens from the built-in corpus", flush=True)
+    rows = run_eval_speed(args.attn_lens, args.vanilla_tokens, args.xl_tokens, args.n_layer, args.d_model,
+                          args.n_head, args.d_inner, args.plot)
+    print(format_table(rows))
+    print(f"wrote {args.plot}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL language models: train, evaluate, "
                                                              "generate and convert.")

@@ -65,3 +65,47 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
             "clamp_len": model.clamp_len if args.clamp_len is None else args.clamp_len,
             "same_length": model.same_length if args.same_length is None else args.same_length}
     return result, info
+
+
+def run_context(args) -> int:
+    """``txl context``: per-model curves of loss against context length, and RECL for a group."""
+    import json
+
+    from .context import context_losses, plot_context, recl
+
+    names = args.names or [Path(c).resolve().name for c in args.checkpoints]
+    if len(names) != len(args.checkpoints) or len(set(names)) != len(names):
+        raise DataError("--names: give one distinct name per checkpoint")
+    group, curves, metric = {}, {}, "ppl"
+    for name, path in zip(names, args.checkpoints):
+        model_dir = resolve_checkpoint(path)
+        overrides = ["--data-dir", args.data_dir] if args.data_dir else []
+        cfg = load_run_config(str(find_run_config(model_dir)), overrides)
+        model = TransformerXL.from_pretrained(model_dir, map_location=resolve_device(args.device))
+        corpus = load_data(cfg)
+        check_vocab(model_dir, corpus)
+        metric = corpus.metric
+        group[name] = context_losses(model, getattr(corpus, args.split), args.lengths, args.batch_size, args.max_tokens)
+        curves[name] = {c: float(v.mean()) for c, v in group[name].items()}
+    plot_context(curves, args.plot, metric)
+    result = {"lengths": sorted(args.lengths), "loss": curves, "plot": args.plot}
+    if len(group) >= 2:
+        result["recl"] = {f"r={r}": {n: str(v) for n, v in recl(group, args.lengths, r=r).items()} for r in (0.1, 1.0)}
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return 0
+    _print_context_table(curves, sorted(args.lengths), metric)
+    for key, values in result.get("recl", {}).items():
+        print(f"RECL ({key}): " + ", ".join(f"{n} {v}" for n, v in values.items()))
+    print(f"wrote {args.plot}")
+    return 0
+
+
+def _print_context_table(curves, lengths, metric: str) -> None:
+    import math
+
+    print("| model | " + " | ".join(str(c) for c in lengths) + " |")
+    print("|---|" + "---|" * len(lengths))
+    for name, curve in curves.items():
+        values = [math.exp(curve[c]) if metric == "ppl" else curve[c] / math.log(2) for c in lengths]
+        print(f"| {name} ({metric}) | " + " | ".join(f"{v:.2f}" for v in values) + " |")
