@@ -155,14 +155,47 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
             self.r_r_bias = nn.Parameter(torch.zeros(n_head, d_head))
 
     def forward(self, h: Tensor, pos_emb: Tensor, r_w_bias: Optional[Tensor], r_r_bias: Optional[Tensor],
-                attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None) -> Tensor:
-        """h ``[B, L, d]``, pos_emb ``R`` for distances ``K..0``: ``[K+1, d]``, mems ``[B, M, d]``."""
+                attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None, chunk: int = 0) -> Tensor:
+        """h ``[B, L, d]``, pos_emb ``R`` for distances ``K..0``: ``[K+1, d]``, mems ``[B, M, d]``.
+
+        ``chunk > 0`` processes queries ``chunk`` rows at a time (see :meth:`_attend_chunked`).
+        """
         if hasattr(self, "r_w_bias"):
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
         q, k, v = self._qkv(h, mems)
         r_k = self.r_net(pos_emb).view(-1, self.n_head, self.d_head).transpose(0, 1)  # [H, K+1, D]
+        if 0 < chunk < q.size(2):
+            return self._output(h, self._attend_chunked(q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk))
         score = rel_attn_score(q, k, r_k, r_w_bias, r_r_bias)  # [B, H, L, K]
         return self._output(h, self._attend(score, v, attn_mask))
+
+    def _attend_chunked(self, q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk: int) -> Tensor:
+        """Memory-efficient attention: queries ``i0 .. i1`` at a time, against the keys they can see.
+
+        Rows ``i0 .. i1`` of a segment with memory M see keys ``0 .. M + i1`` at most, so each chunk is
+        the same problem with ``M' = M + i0``, ``K' = M + i1`` and the last ``K' + 1`` position keys.
+        Peak memory of the scores is ``B * H * chunk * K`` instead of ``B * H * L * K``; when gradients
+        are needed each chunk is recomputed in the backward pass (activation checkpointing), so
+        training gains the same saving.
+        """
+        from torch.utils.checkpoint import checkpoint
+
+        qlen, klen = q.size(2), k.size(2)
+        mlen = klen - qlen
+        outs = []
+        for i0 in range(0, qlen, chunk):
+            i1 = min(i0 + chunk, qlen)
+            kk = mlen + i1  # keys visible to rows i0 .. i1-1
+            mask = None if attn_mask is None else attn_mask[..., i0:i1, :kk]
+            args = (q[:, :, i0:i1], k[:, :, :kk], v[:, :, :kk], r_k[:, klen - kk:], r_w_bias, r_r_bias, mask)
+            if torch.is_grad_enabled():
+                outs.append(checkpoint(self._attend_block, *args, use_reentrant=False))
+            else:
+                outs.append(self._attend_block(*args))
+        return torch.cat(outs, dim=1)  # [B, L, H*D]
+
+    def _attend_block(self, q, k, v, r_k, r_w_bias, r_r_bias, mask) -> Tensor:
+        return self._attend(rel_attn_score(q, k, r_k, r_w_bias, r_r_bias), v, mask)
 
 
 class RelLearnableMultiHeadAttn(_QKVAttention):

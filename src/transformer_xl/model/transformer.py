@@ -73,8 +73,8 @@ class DecoderLayer(nn.Module):
             self.dec_attn = MultiHeadAttn(*args)
         self.pos_ff = PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm, cfg.layer_norm_epsilon)
 
-    def forward(self, h: Tensor, *pos_args, attn_mask=None, mems=None) -> Tensor:
-        return self.pos_ff(self.dec_attn(h, *pos_args, attn_mask=attn_mask, mems=mems))
+    def forward(self, h: Tensor, *pos_args, attn_mask=None, mems=None, **attn_kwargs) -> Tensor:
+        return self.pos_ff(self.dec_attn(h, *pos_args, attn_mask=attn_mask, mems=mems, **attn_kwargs))
 
 
 class TransformerXL(nn.Module):
@@ -92,6 +92,9 @@ class TransformerXL(nn.Module):
         # config keeps the training values (which size attn_type 1/3's learned tables).
         self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
         self.clamp_len, self.same_length = cfg.clamp_len, cfg.same_length
+        # Run-time switch: >0 computes attn_type 0 attention this many query rows at a time
+        # (peak memory B*H*chunk*K instead of B*H*L*K); same results as the plain path.
+        self.attn_chunk = 0
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
@@ -237,7 +240,7 @@ class TransformerXL(nn.Module):
             for i, layer in enumerate(self.layers):
                 hids.append(core)
                 core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
-                             attn_mask=attn_mask, mems=None if mems is None else mems[i])
+                             attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk)
         elif cfg.attn_type == 1:
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):
