@@ -52,6 +52,8 @@ def add_train(sub) -> None:
                        epilog=f"built-in configs: {', '.join(_builtin_configs())}")
     p.add_argument("--config", default=None, help="a YAML file or the name of a built-in config (default: default)")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    p.add_argument("--nproc", type=int, metavar="N", help="train with N processes on this machine: runs this command "
+                   "under torchrun (DistributedDataParallel; FSDP with --parallel fsdp); see docs/DISTRIBUTED.md")
     p.set_defaults(func=run_train, overrides_allowed=True)
 
 
@@ -65,7 +67,16 @@ def run_train(args) -> int:
     from .training import load_run_config, train
 
     cfg = load_run_config(args.config, args.overrides)
+    if args.nproc is not None and args.nproc != 1:  # the same command, without --nproc, in N processes under torchrun
+        from .training.distributed import check_nproc, launch
+
+        check_nproc(args.nproc, cfg.train, args.resume)
+        argv = (["-v"] if args.verbose else []) + ["train"] + (["--config", args.config] if args.config else []) \
+            + (["--resume"] if args.resume else []) + list(args.overrides)
+        return launch(args.nproc, argv)
     result = train(cfg, resume=args.resume)
+    if result.rank != 0:
+        return 0
     best = "n/a" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
     print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}; run in {result.run_dir}")
     return 0

@@ -34,7 +34,7 @@ class EvalResult:
 def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
              ext_len: Optional[int] = None, clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
              level: str = "word", max_steps: Optional[int] = None, device=None, autocast_dtype=None,
-             mode: str = "segment") -> EvalResult:
+             mode: str = "segment", rank: int = 0, world_size: int = 1) -> EvalResult:
     """Mean per-token loss of ``model`` on the 1-D token array ``data``.
 
     The stream is cut into ``batch_size`` contiguous rows. ``mode='segment'`` reads them segment by
@@ -42,6 +42,10 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
     evaluation: each prediction runs a fresh window of ``tgt_len`` tokens, then the window moves by
     one (``max_steps`` then counts predictions per row). Lengths default to the model's training
     values; the model's own run-time lengths are restored afterwards.
+
+    In a distributed run (``world_size > 1``, process group initialised, segment mode) each rank reads
+    its ``batch_size / world_size`` rows; the summed losses and token counts are all-reduced, so every
+    rank returns the result of reading all rows.
     """
     if mode == "sliding":
         return _evaluate_sliding(model, data, batch_size, tgt_len or model.tgt_len, level, max_steps, device)
@@ -60,7 +64,8 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
     total, count, mems = 0.0, 0, None
     start = time.perf_counter()
     try:
-        iterator = LMOrderedIterator(data, batch_size, tgt_len, ext_len=model.ext_len, device=device)
+        iterator = LMOrderedIterator(data, batch_size, tgt_len, ext_len=model.ext_len, device=device, rank=rank,
+                                     world_size=world_size)
         for step, (inp, tgt, _) in enumerate(iterator):
             if max_steps is not None and step >= max_steps:
                 break
@@ -74,10 +79,20 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
     finally:
         model.reset_length(*saved[:3], clamp_len=saved[3], same_length=saved[4])
         model.train(was_training)
+    if world_size > 1:
+        total, count = _all_reduce_sum([total, count], device)
     seconds = time.perf_counter() - start
     loss = total / max(count, 1)
     metric = metric_name(level)
-    return EvalResult(loss=loss, tokens=count, seconds=seconds, metric=metric, value=metric_value(loss, metric))
+    return EvalResult(loss=loss, tokens=int(count), seconds=seconds, metric=metric, value=metric_value(loss, metric))
+
+
+def _all_reduce_sum(values, device):
+    import torch.distributed as dist
+
+    buf = torch.tensor(values, dtype=torch.float64, device=device)  # token counts stay exact below 2**53
+    dist.all_reduce(buf)
+    return buf.tolist()
 
 
 def _evaluate_sliding(model, data, batch_size, window, level, max_predictions, device) -> EvalResult:

@@ -5,8 +5,12 @@ A checkpoint is a directory ``RUN_DIR/checkpoints/step_00000400/`` holding
 * ``config.json`` + ``model.safetensors``: the model, loadable with ``TransformerXL.from_pretrained``;
 * ``vocab.json`` (or the vocabulary files the corpus writes) and ``run.yaml``: how to rebuild the data;
 * ``optimizer.safetensors`` + ``optimizer.json``: optimiser tensors, and its non-tensor state;
-* ``state.safetensors``: RNG states and the memories of every batch chunk;
+* ``state.safetensors``: RNG states (every rank's, in a distributed run) and the memories, one row per
+  global batch row (``mems.{layer}``: ``[B, M, d_model]``), whatever the world size and ``batch_chunk``;
 * ``trainer_state.json``: step, epoch, data position, best validation loss, grad-scaler state.
+
+In a distributed run rank 0 writes the checkpoint alone, from full (unsharded) tensors gathered from the
+other ranks; any world size that divides the global batch can resume it.
 
 The directory is written under a temporary name and renamed into place, and ``trainer_state.json``
 is written last, so a crash (even SIGKILL) at any moment leaves either the previous checkpoints
@@ -25,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from safetensors.torch import save_file
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..model.io import CONFIG_NAME, WEIGHTS_NAME, atomic_write, load_safetensors
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
@@ -33,9 +37,8 @@ TRAINER_STATE = "trainer_state.json"
 
 
 # ---------------------------------------------------------------------------- optimiser state
-def optimizer_to_safe(optimizer: torch.optim.Optimizer) -> Tuple[Dict[str, torch.Tensor], dict]:
-    """Split an optimiser state dict into tensors (for safetensors) and JSON-able values."""
-    sd = optimizer.state_dict()
+def optimizer_to_safe(sd: dict) -> Tuple[Dict[str, torch.Tensor], dict]:
+    """Split an optimiser state dict (keyed by parameter index) into tensors (for safetensors) and JSON values."""
     tensors, scalars = {}, {}
     for idx, state in sd["state"].items():
         for key, value in state.items():
@@ -73,20 +76,32 @@ def set_rng_state(tensors: Dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
 
 
-def mems_to_tensors(chunk_mems: List[Optional[List[torch.Tensor]]]) -> Dict[str, torch.Tensor]:
-    out = {}
-    for c, mems in enumerate(chunk_mems):
-        for layer, m in enumerate(mems or []):
-            out[f"mems.{c}.{layer}"] = m.detach().contiguous().cpu()
-    return out
+def mems_to_tensors(mems: Optional[List[torch.Tensor]]) -> Dict[str, torch.Tensor]:
+    """``n_layer x [B, M, d]`` memory of the global batch rows -> ``{'mems.{layer}': ...}``."""
+    return {f"mems.{layer}": m.detach().contiguous().cpu() for layer, m in enumerate(mems or [])}
 
 
-def mems_from_tensors(tensors: Dict[str, torch.Tensor], n_chunks: int, device) -> List[Optional[List[torch.Tensor]]]:
-    chunks: List[Optional[List[torch.Tensor]]] = []
-    for c in range(n_chunks):
-        layers = sorted((k for k in tensors if k.startswith(f"mems.{c}.")), key=lambda k: int(k.rsplit(".", 1)[1]))
-        chunks.append([tensors[k].to(device) for k in layers] or None)
-    return chunks
+def _global_mems(tensors: Dict[str, torch.Tensor]) -> List[torch.Tensor]:
+    """Per-layer memory of all global rows; older checkpoints stored one memory per chunk (``mems.{c}.{layer}``),
+    chunks in row order, which concatenate to the same thing."""
+    names = [k.split(".")[1:] for k in tensors if k.startswith("mems.")]
+    if all(len(n) == 1 for n in names):
+        return [tensors[f"mems.{i}"] for i in sorted(int(n[0]) for n in names)]
+    n_chunks = 1 + max(int(c) for c, _ in names)
+    n_layer = 1 + max(int(i) for _, i in names)
+    return [torch.cat([tensors[f"mems.{c}.{i}"] for c in range(n_chunks)], dim=0) for i in range(n_layer)]
+
+
+def mems_from_tensors(tensors: Dict[str, torch.Tensor], batch_size: int, rows: slice, n_chunks: int,
+                      device) -> List[Optional[List[torch.Tensor]]]:
+    """The memories of one rank's ``rows`` of the global batch, split into its ``n_chunks`` chunks."""
+    layers = _global_mems(tensors)
+    if not layers:
+        return [None] * n_chunks
+    if layers[0].size(0) != batch_size:
+        raise CheckpointError(f"memory holds {layers[0].size(0)} batch rows, the global batch_size is {batch_size}")
+    mine = [m[rows].to(device) for m in layers]
+    return [list(parts) for parts in zip(*(m.chunk(n_chunks, dim=0) for m in mine))]
 
 
 # ---------------------------------------------------------------------------- write / read
@@ -109,11 +124,21 @@ def read_json(path: Path) -> Any:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: dict, chunk_mems,
-                    write_extra, keep: int) -> Path:
+def save_model_tensors(directory: Path, config, tensors: Dict[str, torch.Tensor]) -> None:
+    """The files of ``save_pretrained`` from full weights held apart from a module (e.g. gathered from FSDP shards)."""
+    from .. import __version__
+
+    meta = {"format": "pt", "library": "transformer-xl", "version": __version__}
+    atomic_write(Path(directory) / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    atomic_write(Path(directory) / CONFIG_NAME, config.to_json_file)
+
+
+def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict, trainer_state: dict,
+                    state_tensors: Dict[str, torch.Tensor], write_extra, keep: int) -> Path:
     """Write checkpoint ``step`` atomically, then keep only the newest ``keep`` checkpoints.
 
-    ``write_extra(directory)`` writes the vocabulary and run config into the directory.
+    ``write_model(directory)`` writes ``config.json`` and ``model.safetensors``, ``write_extra(directory)`` the
+    vocabulary and run config; ``state_tensors`` are the RNG states and memories.
     """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -122,12 +147,12 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model.save_pretrained(tmp)
+    write_model(tmp)
     write_extra(tmp)
-    opt_tensors, opt_meta = optimizer_to_safe(optimizer)
+    opt_tensors, opt_meta = optimizer_to_safe(optimizer_state)
     save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
     write_json(tmp / "optimizer.json", opt_meta)
-    save_file({**rng_state(), **mems_to_tensors(chunk_mems)}, str(tmp / "state.safetensors"))
+    save_file(state_tensors, str(tmp / "state.safetensors"))
     write_json(tmp / TRAINER_STATE, trainer_state)  # last: marks the directory complete
     _fsync_dir(tmp)
     if final.exists():  # re-saving the same step (e.g. after a resume): replace it
@@ -157,19 +182,26 @@ def latest_checkpoint(run_dir) -> Optional[Path]:
     return found[-1] if found else None
 
 
-def load_training_state(directory: Path, optimizer, device) -> Tuple[dict, List]:
-    """Restore optimiser and RNG state from a checkpoint; returns (trainer_state, tensors of state.safetensors)."""
+def checkpoint_step(directory: Optional[Path]) -> int:
+    """The step of a checkpoint directory ``step_N``; -1 for None."""
+    return -1 if directory is None else int(STEP_DIR.match(Path(directory).name).group(1))
+
+
+def load_training_state(directory: Path) -> Tuple[dict, dict, Dict[str, torch.Tensor]]:
+    """Read a checkpoint's (trainer_state, optimiser state dict, tensors of state.safetensors); applies nothing."""
     directory = Path(directory)
     trainer_state = read_json(directory / TRAINER_STATE)
     meta = read_json(directory / "optimizer.json")
-    opt_tensors = load_safetensors(directory / "optimizer.safetensors")
-    try:
-        optimizer.load_state_dict(optimizer_from_safe(opt_tensors, meta))
-    except (ValueError, KeyError, RuntimeError) as exc:
-        raise CheckpointError(f"{directory}: optimizer state does not match this model ({exc})") from None
-    state = load_safetensors(directory / "state.safetensors")
-    set_rng_state(state)
-    return trainer_state, state
+    optimizer_state = optimizer_from_safe(load_safetensors(directory / "optimizer.safetensors"), meta)
+    return trainer_state, optimizer_state, load_safetensors(directory / "state.safetensors")
+
+
+def check_global_batch(directory: Path, trainer_state: dict, batch_size: int) -> None:
+    """Memories and data position belong to the global batch rows: resuming needs the same global batch size."""
+    saved = trainer_state.get("data", {}).get("batch_size")
+    if saved != batch_size:
+        raise ConfigError(f"batch_size: {directory} was trained with a global batch of {saved} rows, not {batch_size}; "
+                          f"resume with --batch-size {saved} (any number of processes that divides it works)")
 
 
 def copy_as_best(source: Path, run_dir: Path, names) -> Path:

@@ -38,8 +38,8 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     run_dir: str = "runs/default"
-    batch_size: int = 16
-    batch_chunk: int = 1  # gradient accumulation: each chunk of the batch keeps its own memory
+    batch_size: int = 16  # the global batch: split over the processes of a distributed run
+    batch_chunk: int = 1  # gradient accumulation: each chunk of (each process's share of) the batch keeps its own memory
     varlen: bool = False  # the paper code's variable segment length
     optim: str = "adam"  # adam | adamw
     lr: float = 2.5e-4
@@ -60,6 +60,8 @@ class TrainConfig:
     num_threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
     progress: bool = True  # a progress bar on stderr
     tensorboard: bool = True  # event files under RUN_DIR/tb when tensorboard is installed
+    parallel: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (sharded weights, gradients, optimiser)
+    dist_timeout: float = 600.0  # seconds a collective waits for a peer before the job fails
 
 
 @dataclass
@@ -98,6 +100,7 @@ class RunConfig:
         _choice("scheduler", t.scheduler, ("cosine", "inv_sqrt", "constant"))
         _choice("precision", t.precision, ("fp32", "bf16", "fp16"))
         _choice("level", self.data.level, ("word", "char", "byte", "bpe"))
+        _choice("parallel", t.parallel, ("ddp", "fsdp"))
         for name in ("batch_size", "batch_chunk", "max_steps", "log_interval", "eval_interval", "keep_checkpoints"):
             if getattr(t, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, got {getattr(t, name)}")
@@ -109,6 +112,8 @@ class RunConfig:
             raise ConfigError(f"warmup_steps: must be >= 0, got {t.warmup_steps}")
         if t.clip < 0:
             raise ConfigError(f"clip: must be >= 0, got {t.clip}")
+        if not t.dist_timeout > 0:
+            raise ConfigError(f"dist_timeout: must be positive, got {t.dist_timeout}")
         if t.max_time is not None and t.max_time <= 0:
             raise ConfigError(f"max_time: must be positive, got {t.max_time}")
         if self.eval.batch_size < 1:

@@ -5,6 +5,10 @@ Typical use::
     from transformer_xl.training import load_run_config, train
     result = train(load_run_config("default", ["--max-steps", "200"]))
     print(result.best_valid_loss)
+
+Under ``torchrun`` the same code trains with DistributedDataParallel (or FSDP, ``train.parallel: fsdp``):
+each rank owns its share of the batch rows and their memories, rank 0 logs and writes checkpoints
+(see :mod:`transformer_xl.training.distributed`).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from typing import List, Optional
 import torch
 import yaml
 
-from ..errors import ConfigError, DataError
+from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
+from . import distributed
 from .config import RunConfig
-from .metrics import MetricsLogger, metric_name, metric_value
+from .metrics import MetricsLogger, NullMetrics, metric_name, metric_value
 from .schedule import build_optimizer, lr_at, set_lr
 
 log = logging.getLogger(__name__)
@@ -40,8 +45,9 @@ class TrainResult:
     best_valid_loss: Optional[float]
     last_valid_loss: Optional[float]
     metric: str
-    train_losses: List[float] = field(default_factory=list)  # one per optimiser step of this process
+    train_losses: List[float] = field(default_factory=list)  # one per optimiser step of this process (mean over ranks)
     stopped_by: str = "max_steps"  # max_steps | max_time
+    rank: int = 0  # of this process in a distributed run
 
 
 def resolve_device(name: str) -> torch.device:
@@ -75,72 +81,98 @@ def load_data(cfg: RunConfig):
 
 
 class Trainer:
-    """Holds the model, optimiser, data and memories of one run."""
+    """Holds the model, optimiser, data and memories of one run (of this rank's rows, under torchrun)."""
 
     def __init__(self, cfg: RunConfig, resume: bool = False, corpus=None):
         self.cfg = cfg
         t = cfg.train
         self.run_dir = Path(t.run_dir)
-        self.device = resolve_device(t.device)
+        self.dist = distributed.setup(t, resolve_device(t.device))
+        self.device = self.dist.device
         self.amp_dtype = autocast_dtype(t.precision, self.device)
         if t.num_threads:
             torch.set_num_threads(t.num_threads)
-        self._check_run_dir(resume)
+        latest = self._check_run_dir(resume)
+        distributed.check_agree(self.dist, ckpt.checkpoint_step(latest), "checkpoint step to resume from",
+                                "every machine must see --run-dir on one shared filesystem")
         torch.manual_seed(t.seed)
-        self.corpus = corpus if corpus is not None else load_data(cfg)
+        self.corpus = corpus if corpus is not None else distributed.in_turn(self.dist, lambda: load_data(cfg))
         self.metric = metric_name(self.corpus.level)
         self.model = TransformerXL(cfg.model_config(n_token=len(self.corpus.vocab))).to(self.device)
+        distributed.seed_dropout(self.dist, t.seed)
+        if latest is not None:
+            self._restore_model(latest)
+        self.engine = distributed.wrap(self.model, self.dist)  # what the training step calls
         self.optimizer = build_optimizer(self.model, t)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=t.precision == "fp16")
+        self.scaler = distributed.grad_scaler(self.dist, t.precision == "fp16")
         self.step, self.best_valid, self.last_valid = 0, None, None
         self.chunk_mems: List = [None] * t.batch_chunk
         self.iterator = self._new_iterator()
         self.elapsed_before = 0.0
-        latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
         if latest is not None:
-            self._restore(latest)
+            self._restore_state(latest)
         elif resume:
             log.info("no checkpoint in %s yet: starting from scratch", self.run_dir)
-        self.metrics = MetricsLogger(self.run_dir, t.tensorboard, truncate_after_step=self.step if latest else None)
+        self.metrics = (MetricsLogger(self.run_dir, t.tensorboard, truncate_after_step=self.step if latest else None)
+                        if self.dist.is_main else NullMetrics())
 
     # ------------------------------------------------------------------ setup
-    def _check_run_dir(self, resume: bool) -> None:
+    def _check_run_dir(self, resume: bool) -> Optional[Path]:
+        """Refuse to overwrite a run, or to resume it with another global batch; returns the checkpoint to resume."""
         if not resume and ckpt.list_checkpoints(self.run_dir):
             raise ConfigError(f"run_dir: {self.run_dir} already holds checkpoints; pass --resume to continue it, "
                               f"or choose another --run-dir")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / RUN_CONFIG_NAME, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+        latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
+        if latest is not None:  # refuse before anything is written
+            ckpt.check_global_batch(latest, ckpt.read_json(latest / ckpt.TRAINER_STATE), self.cfg.train.batch_size)
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.run_dir / RUN_CONFIG_NAME, "w", encoding="utf-8") as fh:
+                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+        return latest
 
     def _new_iterator(self):
         from ..data import LMOrderedIterator
 
         t, m = self.cfg.train, self.model.config
         return LMOrderedIterator(self.corpus.train, t.batch_size, m.tgt_len, ext_len=m.ext_len, device=self.device,
-                                 varlen=t.varlen, seed=t.seed)
+                                 varlen=t.varlen, seed=t.seed, rank=self.dist.rank, world_size=self.dist.world_size)
 
     @property
     def epoch(self) -> int:
         return self.iterator.epoch
 
-    def _restore(self, directory: Path) -> None:
+    def _restore_model(self, directory: Path) -> None:
+        """Weights first: DDP and FSDP take the module as it is when they wrap it."""
         saved = TransformerXL.from_pretrained(directory, map_location=self.device)
         if saved.config != self.model.config:
             raise ConfigError(f"{directory}: the checkpoint's model config differs from this run's config; "
                               f"resume with the run's own run.yaml")
         self.model.load_state_dict(saved.state_dict())
-        state, tensors = ckpt.load_training_state(directory, self.optimizer, self.device)
+
+    def _restore_state(self, directory: Path) -> None:
+        t = self.cfg.train
+        state, optimizer_state, tensors = ckpt.load_training_state(directory)
         if state.get("vocab_size") != len(self.corpus.vocab):
             raise DataError(f"{directory}: vocabulary of {state.get('vocab_size')} symbols does not match the "
                             f"corpus' {len(self.corpus.vocab)}")
+        try:
+            distributed.load_optimizer_state(self.dist, self.model, self.optimizer, optimizer_state)
+        except (ValueError, KeyError, IndexError, RuntimeError) as exc:
+            raise CheckpointError(f"{directory}: optimizer state does not match this model "
+                                  f"({' '.join(str(exc).split())})") from None
         self.step = state["step"]
         self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
         self.elapsed_before = state.get("elapsed", 0.0)
         self.iterator.load_state_dict(state["data"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.chunk_mems = ckpt.mems_from_tensors(tensors, self.cfg.train.batch_chunk, self.device)
-        log.info("resumed %s at step %d", directory, self.step)
+        self.chunk_mems = ckpt.mems_from_tensors(tensors, t.batch_size, self.dist.rows(t.batch_size), t.batch_chunk,
+                                                 self.device)
+        distributed.restore_rng(self.dist, tensors, t.seed)
+        saved_world = state.get("world_size", 1)
+        log.info("resumed %s at step %d%s", directory, self.step, f" (written by {saved_world} processes, now "
+                 f"{self.dist.world_size})" if saved_world != self.dist.world_size else "")
 
     # ------------------------------------------------------------------ one step
     def _batches(self):
@@ -152,19 +184,26 @@ class Trainer:
                 yield inp, align_labels(inp, tgt)
 
     def train_step(self, inp: torch.Tensor, tgt: torch.Tensor) -> float:
-        """One optimiser step over ``batch_chunk`` chunks; returns the mean loss."""
+        """One optimiser step over ``batch_chunk`` chunks of this rank's rows; returns this rank's mean loss.
+
+        Each chunk's loss is its mean over tokens divided by ``batch_chunk``; DDP/FSDP average the gradients
+        over ranks, so the step is that of one process holding all rows with ``W * batch_chunk`` chunks.
+        Gradients are reduced across ranks during the last chunk's backward only.
+        """
         t = self.cfg.train
-        self.model.train()
+        self.engine.train()
         set_lr(self.optimizer, lr_at(self.step, t))
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for c, (inp_c, tgt_c) in enumerate(zip(inp.chunk(t.batch_chunk), tgt.chunk(t.batch_chunk))):
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-                out = self.model(inp_c, tgt_c, mems=self.chunk_mems[c])
+            with distributed.chunk_sync(self.engine, self.dist, last=c == t.batch_chunk - 1):
+                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                    out = self.engine(inp_c, tgt_c, mems=self.chunk_mems[c])
+                loss = out.loss.float() / t.batch_chunk
+                self.scaler.scale(loss).backward()
             self.chunk_mems[c] = out.mems
-            loss = out.loss.float() / t.batch_chunk
-            self.scaler.scale(loss).backward()
             total += float(loss.detach())
+        distributed.drop_unused_grads(self.dist, self.model)
         if t.clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
@@ -179,29 +218,47 @@ class Trainer:
 
         e = self.cfg.eval
         data = getattr(self.corpus, split)
+        # the ranks split the evaluation rows when they divide evenly; otherwise each reads them all
+        split_rows = e.batch_size % self.dist.world_size == 0
         return evaluate(self.model, data, batch_size=e.batch_size, tgt_len=e.tgt_len, mem_len=e.mem_len,
                         ext_len=e.ext_len, clamp_len=e.clamp_len, same_length=e.same_length, level=self.corpus.level,
                         max_steps=max_steps if max_steps is not None else e.max_steps, device=self.device,
-                        autocast_dtype=self.amp_dtype)
+                        autocast_dtype=self.amp_dtype, rank=self.dist.rank if split_rows else 0,
+                        world_size=self.dist.world_size if split_rows else 1)
 
     def _trainer_state(self, elapsed: float) -> dict:
         return {"step": self.step, "epoch": self.epoch, "data": self.iterator.state_dict(),
                 "best_valid": self.best_valid, "last_valid": self.last_valid, "elapsed": elapsed,
                 "vocab_size": len(self.corpus.vocab), "metric": self.metric,
-                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+                "world_size": self.dist.world_size, "parallel": self.dist.parallel if self.dist.active else None}
 
     def _write_extra(self, directory: Path) -> None:
         self.corpus.vocab.save(directory)
         shutil.copy2(self.run_dir / RUN_CONFIG_NAME, directory / RUN_CONFIG_NAME)
 
-    def save(self, elapsed: float, is_best: bool = False) -> Path:
-        path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, self._trainer_state(elapsed),
-                                    self.chunk_mems, self._write_extra, self.cfg.train.keep_checkpoints)
-        if is_best:
-            names = [p.name for p in path.iterdir() if p.name not in
-                     ("optimizer.safetensors", "optimizer.json", "state.safetensors", ckpt.TRAINER_STATE)]
-            ckpt.copy_as_best(path, self.run_dir, names)
+    def save(self, elapsed: float, is_best: bool = False) -> Optional[Path]:
+        """Every rank hands its part to rank 0, which writes the checkpoint; the others wait. Rank 0 gets the path."""
+        weights = distributed.full_model_tensors(self.dist, self.model)
+        optimizer_state = distributed.full_optimizer_state(self.dist, self.model, self.optimizer)
+        mems = distributed.gather_memory(self.dist, self.chunk_mems)
+        rng = distributed.gather_rng(self.dist) if self.dist.active else ckpt.rng_state()
+        path = None
+        if self.dist.is_main:
+            path = ckpt.save_checkpoint(self.run_dir, self.step, self._model_writer(weights), optimizer_state,
+                                        self._trainer_state(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
+                                        self._write_extra, self.cfg.train.keep_checkpoints)
+            if is_best:
+                names = [p.name for p in path.iterdir() if p.name not in
+                         ("optimizer.safetensors", "optimizer.json", "state.safetensors", ckpt.TRAINER_STATE)]
+                ckpt.copy_as_best(path, self.run_dir, names)
+        self.dist.barrier()
         return path
+
+    def _model_writer(self, weights):
+        if weights is None:
+            return self.model.save_pretrained
+        return lambda directory: ckpt.save_model_tensors(directory, self.model.config, weights)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TrainResult:
@@ -211,23 +268,25 @@ class Trainer:
         losses: List[float] = []
         window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
         stopped_by = "max_steps"
-        bar = _progress(t, self.step)
+        bar = _progress(t, self.step) if self.dist.is_main else None
         batches = self._batches()
         try:
             while self.step < t.max_steps:
                 inp, tgt = next(batches)
                 loss = self.train_step(inp, tgt)
+                # the ranks agree on the mean loss and on stopping, so they all leave the loop together
+                out_of_time = t.max_time is not None and time.perf_counter() - start >= t.max_time
+                loss, out_of_time = distributed.agree_on_step(self.dist, loss, out_of_time)
                 if not math.isfinite(loss):
                     raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup-steps")
                 losses.append(loss)
                 window_loss, window_steps = window_loss + loss, window_steps + 1
-                window_tokens += int((tgt != IGNORE_INDEX).sum())
+                window_tokens += int((tgt != IGNORE_INDEX).sum()) * self.dist.world_size
                 elapsed = self.elapsed_before + time.perf_counter() - start
                 if self.step % t.log_interval == 0 or self.step == t.max_steps:
                     now = time.perf_counter()
                     self._log_train(bar, window_loss / window_steps, window_tokens / max(now - window_start, 1e-9), elapsed)
                     window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, now
-                out_of_time = t.max_time is not None and time.perf_counter() - start >= t.max_time
                 done = self.step == t.max_steps or out_of_time
                 is_best = False
                 if self.step % t.eval_interval == 0 or done:
@@ -243,7 +302,8 @@ class Trainer:
             if bar is not None:
                 bar.close()
             self.metrics.close()
-        return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by)
+        return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by,
+                           self.dist.rank)
 
     def _log_train(self, bar, loss: float, tokens_per_s: float, elapsed: float) -> None:
         record = {"step": self.step, "split": "train", "epoch": self.epoch, "loss": loss,
@@ -290,6 +350,9 @@ def _progress(t, initial: int):
 
 
 def train(cfg: RunConfig, resume: bool = False, corpus=None) -> TrainResult:
-    """Train (or resume) a run as configured; returns a summary."""
-    return Trainer(cfg, resume=resume, corpus=corpus).run()
+    """Train (or resume) a run as configured; returns a summary. Under torchrun, every rank calls this."""
+    with distributed.peer_failures():
+        result = Trainer(cfg, resume=resume, corpus=corpus).run()
+    distributed.teardown()  # after an error the process exits instead: peers may be gone
+    return result
 

@@ -65,6 +65,16 @@ class MetricsLogger:
             self._tb.close()
 
 
+class NullMetrics:
+    """What ranks other than 0 log to in a distributed run: nothing."""
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def read_metrics(run_dir) -> list:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():

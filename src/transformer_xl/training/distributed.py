@@ -1,0 +1,440 @@
+"""Distributed training on PyTorch's own stack: ``torchrun`` starts the processes, DDP or FSDP trains.
+
+``torchrun`` (``python -m torch.distributed.run``) sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT`` in each worker; :func:`setup` reads them and joins the process group
+(gloo on CPU, nccl on CUDA with device ``cuda:LOCAL_RANK``). Without them the run is a single process
+and nothing here does any communication.
+
+The global batch ``B`` (``train.batch_size``) is split over the ``W`` ranks: rank ``r`` owns global rows
+``[r*B/W, (r+1)*B/W)`` of the batch streams (see :class:`~transformer_xl.data.LMOrderedIterator`) and keeps
+the memories of those rows; each rank splits its rows again into ``batch_chunk`` chunks. The gradient of a
+rank is ``sum_c grad(mean loss of chunk c) / batch_chunk``; DDP (and FSDP) average it over the ranks, so
+the update equals that of one process with batch ``B`` and ``batch_chunk = W * batch_chunk``.
+
+Checkpoints keep one layout whatever the world size: memories per global row, every rank's RNG state
+(``rng.torch.rank{r}``), the rank-independent data position, and full (unsharded) model and optimiser
+tensors. :func:`launch` is the ``txl train --nproc N`` convenience: it re-runs the command under torchrun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..errors import ConfigError, TXLError
+
+log = logging.getLogger(__name__)
+
+ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class PeerFailure(TXLError):
+    """A collective failed: a peer process died, hung past ``dist_timeout``, or the network dropped."""
+
+    exit_code = 1
+
+
+@dataclass
+class DistContext:
+    """Where this process stands: its rank among ``world_size`` processes and the device it computes on."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    parallel: str = "ddp"  # ddp | fsdp
+
+    @property
+    def active(self) -> bool:
+        """True when there are peers to talk to."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, shows progress and writes checkpoints."""
+        return self.rank == 0
+
+    def rows(self, batch_size: int) -> slice:
+        """This rank's global rows of a batch of ``batch_size``."""
+        local = batch_size // self.world_size
+        return slice(self.rank * local, (self.rank + 1) * local)
+
+    def barrier(self) -> None:
+        if not self.active:
+            return
+        import torch.distributed as dist
+
+        if self.device.type == "cuda":
+            dist.barrier(device_ids=[self.device.index])
+        else:
+            dist.barrier()
+
+
+# ---------------------------------------------------------------------------- joining and leaving
+def torchrun_env() -> Optional[Tuple[int, int, int]]:
+    """``(rank, world_size, local_rank)`` set by torchrun, or None outside it."""
+    if not all(k in os.environ for k in ENV_KEYS[:2]):
+        return None
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    except ValueError:
+        raise ConfigError(f"torchrun environment is malformed: RANK={os.environ.get('RANK')!r} "
+                          f"WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}") from None
+
+
+def check_batch_split(batch_size: int, batch_chunk: int, world_size: int) -> None:
+    """The global batch must split evenly over the ranks, then over each rank's chunks."""
+    if batch_size % (world_size * batch_chunk):
+        raise ConfigError(f"batch_size: the global batch of {batch_size} rows does not split over {world_size} "
+                          f"process(es) x batch_chunk {batch_chunk}; use a multiple of {world_size * batch_chunk}")
+
+
+def setup(t, device: torch.device) -> DistContext:
+    """Join torchrun's process group if there is one (idempotent); a single-process context otherwise."""
+    import torch.distributed as dist
+
+    env = torchrun_env()
+    if env is None or env[1] == 1:
+        if t.parallel == "fsdp":
+            log.info("parallel: fsdp with a single process trains unsharded")
+        return DistContext(device=device, parallel=t.parallel)
+    rank, world, local = env
+    check_batch_split(t.batch_size, t.batch_chunk, world)
+    if device.type == "cuda":
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=t.dist_timeout))
+    if rank != 0:  # one voice: only rank 0 reports progress
+        logging.getLogger("transformer_xl").setLevel(logging.WARNING)
+    return DistContext(rank, world, local, device, t.parallel)
+
+
+def teardown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def peer_failures():
+    """Turn a failed collective into one line (exit status 1) instead of a backend traceback."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if not _is_peer_failure(exc):
+            raise
+        message = " ".join(str(exc).split())
+        raise PeerFailure(f"rank {os.environ.get('RANK', '?')}: lost the other processes ({message[:240]}); "
+                          f"the last checkpoint is intact: rerun with --resume") from None
+
+
+def _is_peer_failure(exc: RuntimeError) -> bool:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return isinstance(exc, dist.DistError) or "gloo" in str(exc) or "NCCL" in str(exc)
+
+
+def in_turn(ctx: DistContext, fn: Callable):
+    """``fn()`` on each machine's local rank 0 first (it may fill a cache), then on the other ranks."""
+    if not ctx.active:
+        return fn()
+    if ctx.local_rank != 0:
+        ctx.barrier()
+    try:
+        return fn()
+    finally:
+        if ctx.local_rank == 0:
+            ctx.barrier()
+
+
+def seed_dropout(ctx: DistContext, seed: int) -> None:
+    """Ranks other than 0 draw dropout from their own stream (rank 0 keeps the single-process one)."""
+    if ctx.rank > 0:
+        torch.manual_seed(seed + ctx.rank)
+
+
+# ---------------------------------------------------------------------------- wrapping the model
+def wrap(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
+    """The module the training step calls: DDP around ``model``, or ``model`` sharded in place by FSDP."""
+    if not ctx.active:
+        return model
+    if ctx.parallel == "fsdp":
+        return _fully_shard(model, ctx)
+    from torch.nn.parallel import DistributedDataParallel
+
+    # the adaptive softmax/input skip clusters without tokens in a batch: those parameters get no gradient
+    unused = bool(model.config.cutoffs)
+    return DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                                   find_unused_parameters=unused)
+
+
+def _fully_shard(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
+    """FSDP2: each layer is one all-gather unit; embeddings, softmax and biases form the root unit."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        try:
+            from torch.distributed._composable.fsdp import fully_shard
+        except ImportError:
+            raise ConfigError(f"parallel: fsdp needs torch.distributed.fsdp.fully_shard (torch >= 2.4); "
+                              f"this is torch {torch.__version__}") from None
+    # the memories in the output are detached slices (views); nothing updates them in place
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    if model.config.cutoffs:  # FSDP reduces the same set of gradients on every rank: no cluster may be skipped
+        for module in (model.word_emb, model.crit):
+            module.register_forward_hook(_touch_every_parameter)
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def _touch_every_parameter(module: torch.nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook: ``output + 0 * (one element of each parameter)``, so that adaptive input/softmax clusters
+    without tokens in this rank's batch still get a (zero) gradient instead of none."""
+    return output + sum(p.reshape(-1)[0] for p in module.parameters()) * 0.0
+
+
+def chunk_sync(engine: torch.nn.Module, ctx: DistContext, last: bool):
+    """Context for one chunk's forward/backward: gradients are reduced across ranks on the last chunk only."""
+    if not ctx.active or last:
+        if ctx.active and ctx.parallel == "fsdp":
+            engine.set_requires_gradient_sync(True)
+        return contextlib.nullcontext()
+    if ctx.parallel == "fsdp":
+        engine.set_requires_gradient_sync(False)
+        return contextlib.nullcontext()
+    return engine.no_sync()
+
+
+def drop_unused_grads(ctx: DistContext, model: torch.nn.Module) -> None:
+    """After backward under FSDP with adaptive clusters: a parameter whose gradient is zero on every rank took no
+    part in the step (the hook above only kept the ranks in step); it gets no gradient, as in one process or DDP,
+    so that Adam leaves it and its moments alone."""
+    if not (ctx.active and ctx.parallel == "fsdp" and model.config.cutoffs):
+        return
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return
+    used = torch.stack([_local(p.grad).ne(0).any() for p in params]).to(ctx.device, torch.float64)
+    dist.all_reduce(used)
+    for p, count in zip(params, used.tolist()):
+        if count == 0:
+            p.grad = None
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor; a plain tensor as it is."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def grad_scaler(ctx: DistContext, enabled: bool):
+    """fp16's loss scaler; under FSDP every rank must agree on skipping a step with inf gradients."""
+    if enabled and ctx.active and ctx.parallel == "fsdp":
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler("cuda")
+    return torch.amp.GradScaler("cuda", enabled=enabled)
+
+
+# ---------------------------------------------------------------------------- collectives
+def all_reduce_sum(ctx: DistContext, values: Sequence[float]) -> List[float]:
+    """Element-wise sums over the ranks (float64)."""
+    if not ctx.active:
+        return list(values)
+    import torch.distributed as dist
+
+    buf = torch.tensor(list(values), dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(buf)
+    return buf.tolist()
+
+
+def agree_on_step(ctx: DistContext, loss: float, stop: bool) -> Tuple[float, bool]:
+    """The mean training loss over ranks, and whether any rank wants to stop (e.g. out of time)."""
+    total, stops = all_reduce_sum(ctx, [loss, float(stop)])
+    return total / ctx.world_size, stops > 0
+
+
+def check_agree(ctx: DistContext, value: int, what: str, hint: str) -> None:
+    """Refuse to go on when the ranks hold different values of ``what`` (e.g. the step they resume from)."""
+    if not ctx.active:
+        return
+    import torch.distributed as dist
+
+    buf = torch.tensor([value, -value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(buf, op=dist.ReduceOp.MAX)
+    if buf[0] != -buf[1]:
+        raise ConfigError(f"{what}: the processes disagree ({-buf[1]:.0f} to {buf[0]:.0f}); {hint}")
+
+
+def gather_rows(ctx: DistContext, tensor: torch.Tensor) -> Optional[torch.Tensor]:
+    """Rank 0 gets every rank's ``tensor [b, ...]`` stacked in rank order ``[W*b, ...]`` (on CPU); others None."""
+    if not ctx.active:
+        return tensor.detach().cpu()
+    import torch.distributed as dist
+
+    local = tensor.detach().to(ctx.device).contiguous()
+    parts = [torch.empty_like(local) for _ in range(ctx.world_size)] if ctx.is_main else None
+    dist.gather(local, parts, dst=0)
+    return torch.cat([p.cpu() for p in parts], dim=0) if ctx.is_main else None
+
+
+def gather_memory(ctx: DistContext, chunk_mems) -> Optional[List[torch.Tensor]]:
+    """Every rank's chunk memories as one memory per global row: ``n_layer x [B, M, d]`` on rank 0.
+
+    Chunk ``c`` of rank ``r`` holds the rows that follow chunk ``c - 1`` (and rank ``r - 1``'s last chunk),
+    so concatenating chunks, then ranks, restores the global row order. All chunks share one length M.
+    """
+    if chunk_mems[0] is None:
+        return None
+    n_layer = len(chunk_mems[0])
+    layers = [gather_rows(ctx, torch.cat([m[i] for m in chunk_mems], dim=0)) for i in range(n_layer)]
+    return layers if ctx.is_main else None
+
+
+def gather_rng(ctx: DistContext) -> Dict[str, torch.Tensor]:
+    """Each rank's torch (and CUDA) generator state, as ``rng.torch.rank{r}`` (``rng.cuda.rank{r}``), on rank 0."""
+    if not ctx.active:
+        return {}
+    states = {"torch": torch.get_rng_state()}
+    if ctx.device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(ctx.device)
+    out = {}
+    for kind, state in states.items():
+        rows = gather_rows(ctx, state[None])
+        if ctx.is_main:
+            out.update({f"rng.{kind}.rank{r}": rows[r].clone() for r in range(ctx.world_size)})
+    if ctx.is_main:
+        out["rng.torch"] = out["rng.torch.rank0"].clone()  # what a single process resumes with
+    return out
+
+
+def restore_rng(ctx: DistContext, tensors: Dict[str, torch.Tensor], seed: int) -> None:
+    """Set this rank's generators from a checkpoint; a rank the checkpoint has no state for is reseeded."""
+    from . import checkpoint as ckpt
+
+    if not ctx.active:
+        ckpt.set_rng_state(tensors)
+        return
+    state = tensors.get(f"rng.torch.rank{ctx.rank}", tensors.get("rng.torch") if ctx.rank == 0 else None)
+    if state is None:
+        log.warning("rank %d: the checkpoint was written by fewer processes and holds no RNG state for this rank; "
+                    "dropout is reseeded", ctx.rank)
+        seed_dropout(ctx, seed)
+        return
+    torch.set_rng_state(state)
+    cuda = tensors.get(f"rng.cuda.rank{ctx.rank}")
+    if cuda is not None and ctx.device.type == "cuda":
+        torch.cuda.set_rng_state(cuda, ctx.device)
+
+
+# ---------------------------------------------------------------------------- full state for checkpoints
+def full_model_tensors(ctx: DistContext, model: torch.nn.Module) -> Optional[Dict[str, torch.Tensor]]:
+    """Under FSDP, the unsharded weights on rank 0 (None elsewhere); without FSDP, None (save the module)."""
+    if not (ctx.active and ctx.parallel == "fsdp"):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from ..model.io import unique_state_dict
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not ctx.is_main:
+        return None
+    return {name: full[name].contiguous() for name in unique_state_dict(model)}
+
+
+def full_optimizer_state(ctx: DistContext, model: torch.nn.Module, optimizer) -> Optional[dict]:
+    """The optimiser's ``state_dict()`` with full tensors, keyed by parameter index, on rank 0 (None elsewhere)."""
+    if not (ctx.active and ctx.parallel == "fsdp"):
+        return optimizer.state_dict() if ctx.is_main else None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    full = get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not ctx.is_main:
+        return None
+    index = {name: i for i, name in enumerate(_param_names(model))}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]]
+    return {"state": {index[n]: s for n, s in full["state"].items()}, "param_groups": groups}
+
+
+def load_optimizer_state(ctx: DistContext, model: torch.nn.Module, optimizer, state: dict) -> None:
+    """Load a full, index-keyed optimiser state dict (every rank passes the same one)."""
+    if not (ctx.active and ctx.parallel == "fsdp"):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = _param_names(model)
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
+    by_name = {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
+    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+
+
+def _param_names(model: torch.nn.Module) -> List[str]:
+    """Trainable parameter names in the optimiser's order (``build_optimizer`` takes ``model.parameters()``)."""
+    return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+# ---------------------------------------------------------------------------- the --nproc launcher
+def launch_command(nproc: int, argv: Sequence[str]) -> List[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node N -m transformer_xl ARGV``."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "--max-restarts", "0", "-m", "transformer_xl", *argv]
+
+
+def check_nproc(nproc: int, t, resume: bool) -> None:
+    """Refuse a launch that could not start or resume, before starting any process."""
+    from . import checkpoint as ckpt
+
+    if nproc < 1:
+        raise ConfigError(f"--nproc: must be at least 1, got {nproc}")
+    check_batch_split(t.batch_size, t.batch_chunk, nproc)
+    latest = ckpt.latest_checkpoint(t.run_dir) if resume else None
+    if latest is not None:
+        ckpt.check_global_batch(latest, ckpt.read_json(latest / ckpt.TRAINER_STATE), t.batch_size)
+
+
+def launch(nproc: int, argv: Sequence[str]) -> int:
+    """Run ``txl ARGV`` in ``nproc`` processes on this machine under torchrun; its exit status."""
+    if torchrun_env() is not None:
+        raise ConfigError(f"--nproc: this process already runs under torchrun (WORLD_SIZE="
+                          f"{os.environ['WORLD_SIZE']}); drop --nproc")
+    with subprocess.Popen(launch_command(nproc, argv)) as proc, _forward_sigterm(proc):
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # torchrun stops its workers on SIGTERM
+            proc.terminate()
+            proc.wait()
+            raise
+
+
+@contextlib.contextmanager
+def _forward_sigterm(proc: subprocess.Popen):
+    """While waiting for torchrun, pass a SIGTERM sent to this process on to it, so it stops its workers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
