@@ -29,7 +29,8 @@ for ds in ptb wt2; do
     done
   done
   # loss against context length, and RECL of the group
+  tokens=400; [ "$ds" = wt2 ] && tokens=200
   txl context "$out/${ds}_xl" "$out/${ds}_absmem" "$out/${ds}_vanilla" --names xl absmem vanilla \
-    --lengths 16 32 64 128 256 --max-tokens 400 --plot "docs/context_${ds}.png" --json > "$out/${ds}_context.json"
+    --lengths 16 32 64 128 256 --max-tokens "$tokens" --plot "docs/context_${ds}.png" > "$out/${ds}_context.txt"
 done
 txl bench eval-speed --attn-lens 128 256 512 1024 --plot docs/eval_speed.png | tee "$out/eval_speed.txt"
