@@ -1,0 +1,41 @@
+"""Shared pieces of the benchmarks: matmul throughput of this machine, and peak memory of a call."""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import torch
+
+
+def matmul_flops_per_s(dtype=torch.float32, n: int = 1024, repeat: int = 10) -> float:
+    """Measured throughput of a square matmul on this machine, now (FLOP/s)."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeat):
+        a @ b
+    return 2 * n ** 3 * repeat / (time.perf_counter() - start)
+
+
+def current_rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def timed(fn, repeat: int = 3, warmup: int = 1) -> float:
+    """Best wall time of ``fn()`` over ``repeat`` runs, in seconds."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
