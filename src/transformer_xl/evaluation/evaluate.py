@@ -55,15 +55,10 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
     from ..training.loop import align_labels
 
     device = device or next(model.parameters()).device
-    saved = (model.tgt_len, model.ext_len, model.mem_len, model.clamp_len, model.same_length)
     tgt_len = tgt_len or model.tgt_len
-    model.reset_length(tgt_len, model.ext_len if ext_len is None else ext_len,
-                       model.mem_len if mem_len is None else mem_len, clamp_len, same_length)
-    was_training = model.training
-    model.eval()
     total, count, mems = 0.0, 0, None
     start = time.perf_counter()
-    try:
+    with model.inference(tgt_len, ext_len, mem_len, clamp_len, same_length):
         iterator = LMOrderedIterator(data, batch_size, tgt_len, ext_len=model.ext_len, device=device, rank=rank,
                                      world_size=world_size)
         for step, (inp, tgt, _) in enumerate(iterator):
@@ -76,9 +71,6 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
             mems = out.mems
             total += float(out.losses.double().sum())  # ignored positions (-100) contribute 0
             count += int((tgt != IGNORE_INDEX).sum())
-    finally:
-        model.reset_length(*saved[:3], clamp_len=saved[3], same_length=saved[4])
-        model.train(was_training)
     if world_size > 1:
         total, count = _all_reduce_sum([total, count], device)
     seconds = time.perf_counter() - start

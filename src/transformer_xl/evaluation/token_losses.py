@@ -36,21 +36,14 @@ def segment_losses(model, data, batch_size: int, tgt_len: int, mem_len: int, max
     device = device or next(model.parameters()).device
     rows = stream_rows(data, batch_size)
     n_pred = _predictions(rows, max_tokens)
-    saved = (model.tgt_len, model.ext_len, model.mem_len, model.clamp_len, model.same_length)
-    model.reset_length(tgt_len, 0, mem_len, clamp_len, same_length)
-    was_training = model.training
-    model.eval()
     out, mems = [], None
-    try:
+    with model.inference(tgt_len, 0, mem_len, clamp_len, same_length):
         for s in range(0, n_pred, tgt_len):
             e = min(s + tgt_len, n_pred)
             inp, tgt = rows[:, s:e].to(device), rows[:, s + 1:e + 1].to(device)
             res = model(inp, tgt, mems=mems)
             mems = res.mems
             out.append(res.losses.float().cpu())
-    finally:
-        model.reset_length(*saved[:3], clamp_len=saved[3], same_length=saved[4])
-        model.train(was_training)
     return torch.cat(out, dim=1)
 
 
@@ -64,10 +57,8 @@ def sliding_losses(model, data, batch_size: int, window: int, max_tokens: Option
     device = device or next(model.parameters()).device
     rows = stream_rows(data, batch_size)
     n_pred = _predictions(rows, max_tokens)
-    was_training = model.training
-    model.eval()
     losses = torch.full((rows.size(0), n_pred), float("nan"))
-    try:
+    with model.inference():
         for j in range(first, min(window - 1, n_pred)):  # short prefixes at the start of each row
             losses[:, j] = _last_token_loss(model, rows[:, : j + 1], rows[:, j + 1], device)
         # full windows: tokens [s, s + window) predict token s + window, stored at index s + window - 1
@@ -78,8 +69,6 @@ def sliding_losses(model, data, batch_size: int, window: int, max_tokens: Option
             tgt = rows[:, s0 + window:s1 + window]  # [B, n_win]
             loss = _last_token_loss(model, win.reshape(-1, window), tgt.reshape(-1), device)
             losses[:, s0 + window - 1:s1 + window - 1] = loss.view(rows.size(0), -1)
-    finally:
-        model.train(was_training)
     return losses
 
 

@@ -12,7 +12,8 @@ from ..model import TransformerXL
 from ..training.loop import resolve_device
 from .generate import generate
 from .sampling import SamplingConfig
-from .text import StreamDecoder, encode_prompt, perplexity, score_ids, split_documents, symbols
+from ..training.metrics import metric_value
+from .text import StreamDecoder, encode_prompt, score_ids, split_documents, symbols
 
 
 def load_model_and_vocab(path, device="auto", tgt_len=None, mem_len=None):
@@ -68,7 +69,7 @@ def run_score(args) -> int:
         ids = vocab.encode(doc)
         score = score_ids(model, ids, keep_tokens=args.tokens)
         total_nll, total_tokens = total_nll + score.nll, total_tokens + score.tokens
-        result = {"doc": n, "tokens": score.tokens, "loss": score.loss, "ppl": perplexity(score.nll, score.tokens)}
+        result = {"doc": n, "tokens": score.tokens, "loss": score.loss, "ppl": metric_value(score.loss, "ppl")}
         if args.tokens:
             result["token_logprobs"] = [{"token": s, "logprob": lp} for s, lp in
                                         zip(symbols(vocab, ids[1:]), score.token_logprobs)]
@@ -77,9 +78,9 @@ def run_score(args) -> int:
             print(f"doc {n}: {score.tokens} tokens | loss {score.loss:.4f} | ppl {result['ppl']:.2f}")
             for item in result.get("token_logprobs", []):
                 print(f"  {item['token']}\t{item['logprob']:.4f}")
-    summary = {"file": str(path), "documents": len(docs), "tokens": total_tokens,
-               "loss": total_nll / max(total_tokens, 1), "ppl": perplexity(total_nll, total_tokens),
-               "bpc": total_nll / max(total_tokens, 1) / 0.6931471805599453, "mem_len": model.mem_len,
+    loss = total_nll / max(total_tokens, 1)
+    summary = {"file": str(path), "documents": len(docs), "tokens": total_tokens, "loss": loss,
+               "ppl": metric_value(loss, "ppl"), "bpc": metric_value(loss, "bpc"), "mem_len": model.mem_len,
                "tgt_len": model.tgt_len}
     if args.json:
         print(json.dumps({**summary, "per_document": results}))

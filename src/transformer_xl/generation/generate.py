@@ -52,17 +52,10 @@ def generate(model, prompts, sampling: Optional[SamplingConfig] = None, method: 
         raise ConfigError(f"method: must be 'cached' or 'segment', got {method!r}")
     if method == "cached" and model.config.attn_type != 0:
         method = "segment"
-    was_training = model.training
-    model.eval()
-    saved = (model.tgt_len, model.ext_len, model.mem_len)
-    model.reset_length(model.tgt_len, 0, model.mem_len)  # generation caches every position
-    try:
+    with model.inference(ext_len=0):  # generation caches every position
         if method == "cached":
             return _generate_cached(model, rows, cfg, on_token, pad_id)
         return _generate_segment(model, rows, cfg, on_token)
-    finally:
-        model.reset_length(*saved)
-        model.train(was_training)
 
 
 def _left_pad(rows: List[List[int]], pad_id: int, device):

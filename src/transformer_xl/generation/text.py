@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import codecs
 import logging
-import math
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional
+from typing import Iterable, List
 
 import numpy as np
 import torch
@@ -129,14 +128,10 @@ def split_documents(text: str, mode: str) -> List[str]:
     return docs
 
 
-def perplexity(nll: float, tokens: int) -> float:
-    return math.exp(min(nll / max(tokens, 1), 700.0))
-
-
 def symbols(vocab, ids: Iterable[int]) -> List[str]:
     get = getattr(vocab, "get_sym", None)
     return [get(int(i)) if get else str(int(i)) for i in ids]
 
 
-__all__ = ["DocumentScore", "StreamDecoder", "encode_prompt", "perplexity", "score_ids", "split_documents",
+__all__ = ["DocumentScore", "StreamDecoder", "encode_prompt", "score_ids", "split_documents",
            "symbols"]

@@ -14,7 +14,7 @@ of tail cluster ``i`` (1-based) from head column ``-i``, i.e. from ``cluster_wei
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List
 
 import torch
 import torch.nn.functional as F

@@ -13,8 +13,9 @@ same way); positions labelled ``-100`` are ignored.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -181,6 +182,22 @@ class TransformerXL(nn.Module):
                             same_length=same_length)  # validates
         self.tgt_len, self.ext_len, self.mem_len = tgt_len, ext_len, mem_len
         self.clamp_len, self.same_length = clamp_len, same_length
+
+    @contextlib.contextmanager
+    def inference(self, tgt_len: Optional[int] = None, ext_len: Optional[int] = None, mem_len: Optional[int] = None,
+                  clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
+        """Evaluation mode with run-time lengths changed (None keeps the current value); both are
+        restored on exit."""
+        saved = (self.tgt_len, self.ext_len, self.mem_len, self.clamp_len, self.same_length)
+        was_training = self.training
+        self.reset_length(saved[0] if tgt_len is None else tgt_len, saved[1] if ext_len is None else ext_len,
+                          saved[2] if mem_len is None else mem_len, clamp_len, same_length)
+        self.eval()
+        try:
+            yield self
+        finally:
+            self.reset_length(*saved[:3], clamp_len=saved[3], same_length=saved[4])
+            self.train(was_training)
 
     def init_mems(self, batch_size: int) -> Mems:
         """Empty memory (length 0) for a batch of ``batch_size`` rows."""
