@@ -100,6 +100,9 @@ def add_eval(sub) -> None:
     p.add_argument("--max-steps", type=int, help="evaluate only the first N segments (with --mode sliding: N predictions per row)")
     p.add_argument("--data-dir", help="local copy of the corpus (default: the run's)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="autocast precision of the forward passes (fp16 needs a GPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays off on long evaluations)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval)
 

@@ -55,10 +55,12 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     check_vocab(model_dir, corpus)
     if len(corpus.vocab) != model.config.n_token:
         raise DataError(f"{model_dir}: model has {model.config.n_token} tokens, corpus vocabulary {len(corpus.vocab)}")
+    if getattr(args, "compile", False):
+        model.compile()
     result = evaluate(model, getattr(corpus, args.split), batch_size=args.batch_size, tgt_len=args.tgt_len,
                       mem_len=args.mem_len, ext_len=args.ext_len, clamp_len=args.clamp_len,
                       same_length=args.same_length, level=corpus.level, max_steps=args.max_steps, device=device,
-                      autocast_dtype=autocast_dtype("fp32", device), mode=getattr(args, "mode", "segment"))
+                      autocast_dtype=autocast_dtype(getattr(args, "precision", "fp32"), device), mode=getattr(args, "mode", "segment"))
     info = {"checkpoint": str(model_dir), "split": args.split, "dataset": cfg.data.dataset,
             "mode": getattr(args, "mode", "segment"),
             "tgt_len": args.tgt_len or model.tgt_len, "mem_len": model.mem_len if args.mem_len is None else args.mem_len,

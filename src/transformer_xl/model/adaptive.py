@@ -96,7 +96,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
     # ------------------------------------------------------------------ per-cluster pieces
     def _cluster_params(self, i: int):
         """Output weight ``[V_i (+n_clusters for the head), d_emb_i]``, bias and projection of cluster i."""
-        if self.div_val == 1:
+        if self.div_val == 1 and self.n_clusters == 0:
+            weight, bias = self.out_layers[0].weight, self.out_layers[0].bias  # no slice: its backward is a copy
+        elif self.div_val == 1:
             lo, hi = self.bounds[i], self.bounds[i + 1]
             weight, bias = self.out_layers[0].weight[lo:hi], self.out_layers[0].bias[lo:hi]
         else:
@@ -106,13 +108,16 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             bias = torch.cat([bias, self.cluster_bias], dim=0)
         return weight, bias, self.out_projs[i]
 
-    def _logprob(self, hidden: Tensor, i: int) -> Tensor:
-        """Float32 log-softmax over cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""
+    def _logit(self, hidden: Tensor, i: int) -> Tensor:
+        """Logits of cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""
         weight, bias, proj = self._cluster_params(i)
         if proj is not None:
             hidden = F.linear(hidden, proj.t())  # [N, d_emb_i]
-        logit = F.linear(hidden, weight, bias)  # [N, V_i]
-        return F.log_softmax(logit.float(), dim=-1)
+        return F.linear(hidden, weight, bias)  # [N, V_i]
+
+    def _logprob(self, hidden: Tensor, i: int) -> Tensor:
+        """Float32 log-softmax over cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""
+        return F.log_softmax(self._logit(hidden, i).float(), dim=-1)
 
     def _head_column(self, i: int) -> int:
         """Head column of tail cluster ``i >= 1`` (the original code's ``[:, -i]``)."""
@@ -125,9 +130,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         Only the head and the tail clusters that contain targets are evaluated, each on the
         rows whose target falls in it.
         """
-        head = self._logprob(hidden, 0)  # [N, head_size]
         if self.n_clusters == 0:
-            return head.gather(1, target[:, None]).squeeze(1)
+            return _TargetLogSoftmax.apply(self._logit(hidden, 0).float(), target)
+        head = self._logprob(hidden, 0)  # [N, head_size]
         out = torch.zeros(target.shape, dtype=head.dtype, device=head.device)  # [N]
         for i, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
             idx = ((target >= lo) & (target < hi)).nonzero().squeeze(1)  # [N_i]
@@ -150,3 +155,25 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         for i in range(1, self.n_clusters + 1):
             parts.append(head[:, self._head_column(i), None] + self._logprob(hidden, i))  # [N, V_i]
         return torch.cat(parts, dim=-1)  # [N, V]
+
+
+class _TargetLogSoftmax(torch.autograd.Function):
+    """``log_softmax(logits)[n, target[n]]``, ``[N, V], [N] -> [N]``, with a one-pass backward.
+
+    The composed ops' backward builds a zero ``[N, V]`` gradient, scatters into it, then runs the
+    log-softmax backward (three passes over ``[N, V]`` plus a copy); here the gradient
+    ``g * (onehot - softmax)`` is written in one pass from the saved log-probabilities.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor) -> Tensor:
+        logp = torch.log_softmax(logits, dim=-1)  # [N, V]
+        ctx.save_for_backward(logp, target)
+        return logp.gather(1, target[:, None]).squeeze(1)  # [N]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        logp, target = ctx.saved_tensors
+        grad_logits = logp.exp().mul_(-grad[:, None])  # [N, V]: -g * softmax
+        grad_logits.scatter_add_(1, target[:, None], grad[:, None])  # + g at the target
+        return grad_logits, None

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 
 def sinusoid_table(pos_seq: Tensor, d_model: int) -> Tensor:
     """Sinusoid encodings ``R`` of the given positions: ``[P] -> [P, d_model]``.
@@ -51,20 +53,29 @@ def rel_shift(x: Tensor) -> Tensor:
     return flat[..., qlen: qlen + qlen * klen].view(*batch, qlen, klen)  # [..., L, K]
 
 
-def rel_attn_score(q: Tensor, k: Tensor, r_k: Tensor, r_w_bias: Tensor, r_r_bias: Tensor) -> Tensor:
-    """Unscaled relative attention scores ``(q_i + u) . k_j + (q_i + v) . r_{i-j}``.
+def rel_attn_score(q: Tensor, k: Tensor, r_k: Tensor, r_w_bias: Tensor, r_r_bias: Tensor,
+                   scale: float = 1.0) -> Tensor:
+    """Relative attention scores ``scale * ((q_i + u) . k_j + (q_i + v) . r_{i-j})``.
 
     Args:
         q: queries ``[B, H, L, D]``.
         k: content keys ``[B, H, K, D]``, memory first.
         r_k: position keys ``W_r R`` for distances ``K, K-1, ..., 0``: ``[H, K+1, D]``.
         r_w_bias: ``u``, ``[H, D]``.  r_r_bias: ``v``, ``[H, D]``.
+        scale: applied to the ``[B, H, L, D]`` queries rather than to the ``[B, H, L, K]`` scores.
     Returns:
-        ``[B, H, L, K]``; entries above the causal diagonal (``j > M + i``) are unspecified.
+        A new ``[B, H, L, K]`` tensor (callers may modify it in place); entries above the causal
+        diagonal (``j > M + i``) are unspecified.
     """
-    ac = torch.matmul(q + r_w_bias[:, None], k.transpose(-1, -2))  # [B, H, L, K]
-    bd = torch.matmul(q + r_r_bias[:, None], r_k.transpose(-1, -2))  # [B, H, L, K+1]
-    return ac + rel_shift(bd)
+    bsz, n_head, qlen, d_head = q.shape
+    klen = k.size(2)
+    q_u = (q + r_w_bias[:, None]) * scale  # [B, H, L, D]
+    q_v = (q + r_r_bias[:, None]) * scale  # [B, H, L, D]
+    bd = rel_shift(torch.matmul(q_v, r_k.transpose(-1, -2)))  # [B, H, L, K], a view of [B, H, L, K+1]
+    # The content term is accumulated onto the shifted position term by the matmul itself.
+    ac_bd = torch.baddbmm(bd.reshape(bsz * n_head, qlen, klen), q_u.reshape(bsz * n_head, qlen, d_head),
+                          k.reshape(bsz * n_head, klen, d_head).transpose(1, 2))  # [B*H, L, K]
+    return ac_bd.view(bsz, n_head, qlen, klen)
 
 
 class _AttentionBase(nn.Module):
@@ -76,8 +87,8 @@ class _AttentionBase(nn.Module):
         self.n_head, self.d_model, self.d_head = n_head, d_model, d_head
         self.scale = 1.0 / math.sqrt(d_head)
         self.pre_lnorm = pre_lnorm
-        self.drop = nn.Dropout(dropout)
-        self.dropatt = nn.Dropout(dropatt)
+        self.drop = Dropout(dropout)
+        self.dropatt = Dropout(dropatt)
         self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
         self.layer_norm = nn.LayerNorm(d_model, eps=layer_norm_epsilon)
 
@@ -86,15 +97,16 @@ class _AttentionBase(nn.Module):
         return x.view(x.size(0), x.size(1), self.n_head, self.d_head).transpose(1, 2)
 
     def _attend(self, score: Tensor, v: Tensor, attn_mask: Optional[Tensor]) -> Tensor:
-        """Scaled, masked softmax over keys, then the weighted sum of values.
+        """Masked softmax over keys, then the weighted sum of values.
 
-        score ``[B, H, L, K]`` (unscaled), v ``[B, H, K, D]``, attn_mask ``[L, K]`` or
-        ``[B, L, K]`` bool with True where attention is forbidden. Returns ``[B, L, H*D]``.
+        score ``[B, H, L, K]``, already scaled and a fresh tensor (it is masked in place), v
+        ``[B, H, K, D]``, attn_mask ``[L, K]`` or ``[B, L, K]`` bool with True where attention is
+        forbidden. Returns ``[B, L, H*D]``.
         """
-        score = score * self.scale
+        score = score.float()  # softmax in float32 also under autocast (a copy only then)
         if attn_mask is not None:
             mask = attn_mask[:, None] if attn_mask.dim() == 3 else attn_mask  # [B|1, 1|L, L, K]
-            score = score.float().masked_fill(mask, float("-inf"))
+            score = score.masked_fill_(mask, float("-inf"))
         prob = torch.softmax(score, dim=-1).to(v.dtype)  # [B, H, L, K]
         prob = self.dropatt(prob)
         vec = torch.matmul(prob, v)  # [B, H, L, D]
@@ -166,7 +178,7 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
         r_k = self.r_net(pos_emb).view(-1, self.n_head, self.d_head).transpose(0, 1)  # [H, K+1, D]
         if 0 < chunk < q.size(2):
             return self._output(h, self._attend_chunked(q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk))
-        score = rel_attn_score(q, k, r_k, r_w_bias, r_r_bias)  # [B, H, L, K]
+        score = rel_attn_score(q, k, r_k, r_w_bias, r_r_bias, self.scale)  # [B, H, L, K]
         return self._output(h, self._attend(score, v, attn_mask))
 
     def _attend_chunked(self, q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk: int) -> Tensor:
@@ -195,7 +207,7 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
         return torch.cat(outs, dim=1)  # [B, L, H*D]
 
     def _attend_block(self, q, k, v, r_k, r_w_bias, r_r_bias, mask) -> Tensor:
-        return self._attend(rel_attn_score(q, k, r_k, r_w_bias, r_r_bias), v, mask)
+        return self._attend(rel_attn_score(q, k, r_k, r_w_bias, r_r_bias, self.scale), v, mask)
 
 
 class RelLearnableMultiHeadAttn(_QKVAttention):
@@ -216,7 +228,7 @@ class RelLearnableMultiHeadAttn(_QKVAttention):
         b = r_bias.index_select(0, rows).t()  # [H, K+1]
         ac = torch.matmul(q + r_w_bias[:, None], k.transpose(-1, -2))  # [B, H, L, K]
         bd = torch.matmul(q, e.transpose(-1, -2)) + b[:, None, :]  # [B, H, L, K+1]
-        score = ac + rel_shift(bd.contiguous())
+        score = (ac + rel_shift(bd.contiguous())).mul_(self.scale)
         return self._output(h, self._attend(score, v, attn_mask))
 
 
@@ -245,5 +257,5 @@ class MultiHeadAttn(_AttentionBase):
             cat = self.layer_norm(cat)
         q = self._heads(self.q_net(h))  # [B, H, L, D]
         k, v = (self._heads(t) for t in self.kv_net(cat).chunk(2, dim=-1))  # [B, H, K, D]
-        score = torch.matmul(q, k.transpose(-1, -2))  # [B, H, L, K]
+        score = torch.matmul(q * self.scale, k.transpose(-1, -2))  # [B, H, L, K]
         return self._output(h, self._attend(score, v, attn_mask))

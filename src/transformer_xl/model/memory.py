@@ -44,8 +44,10 @@ def update_mems(hids: Sequence[Tensor], mems: Optional[Sequence[Tensor]], mem_le
     beg, end = cache_window(mlen, hids[0].size(1), mem_len, ext_len)
     new = []
     for i, h in enumerate(hids):
-        cat = h if mlen == 0 else torch.cat([mems[i].to(h.dtype), h], dim=1)  # [B, M+L, d]
-        new.append(cat[:, beg:end].detach())
+        if beg >= mlen:  # all from the segment: a slice of h, no copy (the usual case mem_len <= tgt_len)
+            new.append(h[:, beg - mlen:end - mlen].detach())
+        else:  # [B, mlen-beg, d] + [B, end-mlen, d]; only the kept rows are copied
+            new.append(torch.cat([mems[i][:, beg:].to(h.dtype), h[:, :end - mlen]], dim=1).detach())
     return new
 
 

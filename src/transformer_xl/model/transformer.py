@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
 from .attention import MultiHeadAttn, RelLearnableMultiHeadAttn, RelPartialLearnableMultiHeadAttn, sinusoid_table
 from .config import TransformerXLConfig
+from .dropout import Dropout
 from .memory import Mems, empty_mems, update_mems, update_mems_mask
 
 IGNORE_INDEX = -100
@@ -49,8 +50,8 @@ class PositionwiseFF(nn.Module):
         super().__init__()
         self.pre_lnorm = pre_lnorm
         self.CoreNet = nn.Sequential(
-            nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), nn.Dropout(dropout),
-            nn.Linear(d_inner, d_model), nn.Dropout(dropout),
+            nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), Dropout(dropout),
+            nn.Linear(d_inner, d_model), Dropout(dropout),
         )
         self.layer_norm = nn.LayerNorm(d_model, eps=eps)
 
@@ -97,7 +98,7 @@ class TransformerXL(nn.Module):
         # (peak memory B*H*chunk*K instead of B*H*L*K); same results as the plain path.
         self.attn_chunk = 0
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
         self._create_position_params()
         self.crit = ProjectedAdaptiveLogSoftmax(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)

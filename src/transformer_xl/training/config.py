@@ -51,6 +51,7 @@ class TrainConfig:
     max_time: Optional[float] = None  # stop after this many seconds (also '90s', '10m', '2h')
     clip: float = 0.25  # gradient-norm clipping; 0 disables it
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs a GPU; uses a gradient scaler)
+    compile: bool = False  # torch.compile the model, for training and evaluation (see README, Performance)
     seed: int = 1111
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     log_interval: int = 200

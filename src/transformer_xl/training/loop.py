@@ -102,7 +102,9 @@ class Trainer:
         distributed.seed_dropout(self.dist, t.seed)
         if latest is not None:
             self._restore_model(latest)
-        self.engine = distributed.wrap(self.model, self.dist)  # what the training step calls
+        self.engine = distributed.wrap(self.model, self.dist)
+        if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
+            self.model.compile()  # what the training step calls
         self.optimizer = build_optimizer(self.model, t)
         self.scaler = distributed.grad_scaler(self.dist, t.precision == "fp16")
         self.step, self.best_valid, self.last_valid = 0, None, None

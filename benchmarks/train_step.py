@@ -1,0 +1,165 @@
+"""Training step: tokens/s, peak memory and model FLOPs utilisation, for several fast-path variants.
+
+A step is what ``txl train`` does: forward with the previous segment's memory, backward, gradient
+clipping and an Adam update. Each variant runs in a fresh subprocess (so its peak resident memory is
+its own), from the same initial weights and on the same token stream, and reports:
+
+- ms/step and tokens/s (median of the timed steps, after warm-up steps that also absorb compilation);
+- peak memory: peak resident memory minus the resident memory before the first step;
+- FLOPs per step, counted by ``torch.utils.flop_counter`` on one real step (forward + backward);
+- MFU: achieved FLOP/s divided by the fp32 (and bf16) matmul throughput measured in this run;
+- the loss curve's difference from the first variant (fp32 eager), to show what a fast path changes.
+
+Default model: the issue's small base-like configuration (4 layers, d_model 256, 8 heads of 32, d_inner
+1024, tgt_len = mem_len = 128, batch 8, vocabulary 10k, no adaptive softmax). Tokens come from Penn
+Treebank under ``$TXL_DATA_DIR`` when it is there (its vocabulary is 10k), random tokens otherwise.
+
+    python benchmarks/train_step.py                       # fp32, bf16; eager and compiled
+    python benchmarks/train_step.py --variants fp32 fp32+compile --steps 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import current_rss_bytes, matmul_flops_per_s, peak_rss_bytes  # noqa: E402
+
+VARIANTS = ("fp32", "fp32+compile", "bf16", "bf16+compile")
+
+
+def token_stream(n_token: int, n: int) -> torch.Tensor:
+    """``n`` tokens: PTB's training text when available (and the vocabulary fits), random otherwise."""
+    data_dir = Path(os.environ.get("TXL_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    ptb = data_dir / "ptb"
+    if ptb.is_dir():
+        from transformer_xl.data import load_corpus
+
+        ids = load_corpus("ptb", data_dir=str(ptb)).train
+        if int(ids.max()) < n_token and ids.size >= n:
+            return torch.from_numpy(ids[:n].astype("int64"))
+    return torch.randint(0, n_token, (n,), generator=torch.Generator().manual_seed(0))
+
+
+def build(args):
+    from transformer_xl.model import TransformerXL, TransformerXLConfig
+
+    cfg = TransformerXLConfig(n_token=args.vocab, n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
+                              d_head=args.d_head, d_inner=args.d_inner, tgt_len=args.tgt_len, mem_len=args.mem_len,
+                              dropout=args.dropout, dropatt=0.0, cutoffs=[], tie_weight=True)
+    torch.manual_seed(0)
+    return TransformerXL(cfg)
+
+
+def run_variant(name: str, args) -> dict:
+    """One variant, in this (fresh) process."""
+    torch.manual_seed(0)
+    model = build(args).train()
+    model.attn_chunk = args.attn_chunk
+    precision = "bf16" if name.startswith("bf16") else "fp32"
+    engine = model
+    if "compile" in name:
+        engine = torch.compile(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    b, L = args.batch, args.tgt_len
+    n_steps = args.warmup + args.steps
+    stream = token_stream(args.vocab, b * (n_steps * L + 1))
+    rows = stream.view(b, -1)  # [B, T]
+
+    def step(i: int, mems):
+        inp, tgt = rows[:, i * L:(i + 1) * L], rows[:, i * L + 1:(i + 1) * L + 1]
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = engine(inp, tgt, mems=mems)
+        out.loss.float().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        optimizer.step()
+        return float(out.loss), out.mems
+
+    # FLOPs of one step, counted on a copy so that the measured run's state is untouched.
+    flops = count_step_flops(args)
+    before = current_rss_bytes()
+    mems, losses, times = None, [], []
+    for i in range(n_steps):
+        start = time.perf_counter()
+        loss, mems = step(i, mems)
+        times.append(time.perf_counter() - start)
+        losses.append(loss)
+    peak = peak_rss_bytes() - before
+    seconds = statistics.median(times[args.warmup:])
+    return {"variant": name, "seconds": seconds, "first_step_seconds": times[0], "peak_bytes": peak,
+            "flops": flops, "tokens": b * L, "losses": losses}
+
+
+def count_step_flops(args) -> float:
+    """Matmul FLOPs of one training step (forward + backward, with a memory of mem_len) in fp32 eager."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = build(args).train()
+    x = torch.randint(0, args.vocab, (args.batch, 2 * args.tgt_len + 1))
+    L = args.tgt_len
+    mems = model(x[:, :L], x[:, 1:L + 1]).mems
+    with FlopCounterMode(display=False) as counter:
+        model(x[:, L:2 * L], x[:, L + 1:2 * L + 1], mems=mems).loss.backward()
+    return float(counter.get_total_flops())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--n-layer", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--n-head", type=int, default=8)
+    parser.add_argument("--d-head", type=int, default=32)
+    parser.add_argument("--d-inner", type=int, default=1024)
+    parser.add_argument("--tgt-len", type=int, default=128)
+    parser.add_argument("--mem-len", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=10000)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--attn-chunk", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=2.5e-4)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        print(json.dumps(run_variant(args.variant, args)))
+        return
+    fp32, bf16 = matmul_flops_per_s(torch.float32), matmul_flops_per_s(torch.bfloat16)
+    print(f"n_layer {args.n_layer}, d_model {args.d_model}, {args.n_head}x{args.d_head} heads, d_inner {args.d_inner}, "
+          f"tgt_len {args.tgt_len}, mem_len {args.mem_len}, batch {args.batch}, vocab {args.vocab}, "
+          f"dropout {args.dropout}; {torch.get_num_threads()} threads")
+    print(f"measured matmul throughput: fp32 {fp32 / 1e9:.1f} GFLOP/s, bf16 {bf16 / 1e9:.1f} GFLOP/s")
+    print("| variant | ms/step | tokens/s | peak MiB | GFLOP/step | MFU vs fp32 | MFU vs bf16 | first step s "
+          "| mean abs loss diff vs first |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = None
+    for name in args.variants:
+        argv = [a for a in sys.argv[1:]]
+        out = subprocess.run([sys.executable, __file__, "--variant", name] + argv, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode} |")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        base = base or r
+        achieved = r["flops"] / r["seconds"]
+        diff = statistics.fmean(abs(a - b) for a, b in zip(r["losses"], base["losses"]))
+        print(f"| {name} | {1e3 * r['seconds']:.0f} | {r['tokens'] / r['seconds']:.0f} | {r['peak_bytes'] / 2 ** 20:.0f} "
+              f"| {r['flops'] / 1e9:.1f} | {achieved / fp32:.0%} | {achieved / bf16:.0%} | {r['first_step_seconds']:.1f} "
+              f"| {diff:.4f} |", flush=True)
+    if base:
+        print(f"loss after {len(base['losses'])} steps ({base['variant']}): {base['losses'][-1]:.4f}")
+
+
+if __name__ == "__main__":
+    main()

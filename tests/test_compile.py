@@ -1,0 +1,47 @@
+"""torch.compile: the layer stack compiles as one graph, and compiled losses and gradients equal eager ones."""
+
+import torch
+
+from helpers import random_tokens, tiny_model
+
+
+def _step(model, x, mems=None):
+    out = model(x[:, :7], x[:, 1:8], mems=mems)
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return out, grads
+
+
+def test_layer_stack_has_no_graph_breaks():
+    model = tiny_model(seed=3, tgt_len=7, mem_len=7).train()
+    x = random_tokens(2, 16, seed=3)
+    mems = model(x[:, :7], x[:, 1:8]).mems
+    report = torch._dynamo.explain(model.transformer)(x[:, 7:14], mems=mems)
+    assert report.graph_break_count == 0, [b.reason for b in report.break_reasons]
+    assert report.graph_count == 1
+
+
+def test_compiled_training_and_evaluation_equal_eager():
+    torch._dynamo.reset()
+    model = tiny_model(seed=4, tgt_len=7, mem_len=9, same_length=True, clamp_len=5).train()
+    x = random_tokens(2, 24, seed=4)
+    eager_first, _ = _step(model, x)
+    eager, eager_grads = _step(model, x[:, 7:], mems=eager_first.mems)
+    with torch.no_grad():
+        model.eval()
+        eager_eval = model(x[:, 14:21], x[:, 15:22], mems=eager.mems)
+        model.train()
+
+    model.compile(fullgraph=True)  # fullgraph: any graph break is an error
+    first, _ = _step(model, x)
+    out, grads = _step(model, x[:, 7:], mems=first.mems)
+    torch.testing.assert_close(out.losses, eager.losses, rtol=1e-5, atol=1e-5)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, eager_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+    for new, old in zip(out.mems, eager.mems):
+        torch.testing.assert_close(new, old, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        model.eval()
+        compiled_eval = model(x[:, 14:21], x[:, 15:22], mems=out.mems)
+    torch.testing.assert_close(compiled_eval.losses, eager_eval.losses, rtol=1e-5, atol=1e-5)
