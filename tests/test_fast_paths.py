@@ -25,3 +25,39 @@ def test_chunked_attention_equals_plain(chunk, variant):
     with torch.no_grad():
         torch.testing.assert_close(model(x[:, 7:14], x[:, 8:15], mems=first.mems).losses, plain.losses,
                                    rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", [1, 3, 4, 64])
+@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True)])
+def test_streamed_keys_equal_plain(block, variant):
+    """Evaluation without gradients: keys in blocks with an online softmax, memory of 0, 7 and 9 > L."""
+    model = tiny_model(seed=block, tgt_len=7, mem_len=9, **variant)
+    x = random_tokens(2, 30, seed=block)
+    with torch.no_grad():
+        mems, plain = None, []
+        for i in range(3):
+            out = model(x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8], mems=mems)
+            plain.append(out)
+            mems = out.mems
+        model.attn_chunk, model.attn_key_block = 2, block
+        mems = None
+        for i in range(3):
+            out = model(x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8], mems=mems)
+            torch.testing.assert_close(out.losses, plain[i].losses, rtol=1e-5, atol=1e-5)
+            for new, old in zip(out.mems, plain[i].mems):
+                torch.testing.assert_close(new, old, rtol=1e-5, atol=1e-5)
+            mems = out.mems
+
+
+def test_streamed_keys_with_hidden_memory_and_padding():
+    model = tiny_model(seed=7, tgt_len=6, mem_len=6)
+    x = random_tokens(3, 13, seed=7)
+    mems_mask = torch.tensor([[True] * 6, [False] * 6, [True, True, False, False, False, False]])
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[2, :2] = True
+    with torch.no_grad():
+        mems = model(x[:, :6], x[:, 1:7]).mems
+        plain = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
+        model.attn_chunk, model.attn_key_block = 1, 5
+        fast = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
+    torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)

@@ -149,6 +149,12 @@ def test_eval_command_reports_ppl_and_json(tmp_path, capsys):
     assert result["metric"] == "ppl" and result["mem_len"] == 48 and result["clamp_len"] == 20
     assert math.isclose(result["value"], math.exp(result["loss"]), rel_tol=1e-9)
     assert result["tokens"] == 5 * 10 * 16
+    # memory-efficient attention (keys streamed in blocks) gives the same loss
+    assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
+                 "--attn-chunk", "4", "--json"]) == 0
+    assert math.isclose(json.loads(capsys.readouterr().out)["loss"], result["loss"], rel_tol=1e-5)
+    assert main(["eval", str(run), "--attn-chunk", "-1"]) == 2
+    assert "attn_chunk" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "nothing-here")]) == 2
 
 

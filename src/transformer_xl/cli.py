@@ -103,6 +103,9 @@ def add_eval(sub) -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="autocast precision of the forward passes (fp16 needs a GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays off on long evaluations)")
+    p.add_argument("--attn-chunk", type=int, default=0, metavar="N",
+                   help="memory-efficient attention (attn_type 0): keys streamed in blocks, so peak memory no longer "
+                        "grows with --mem-len; same results")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Tuple
 
-from ..errors import CheckpointError, DataError
+from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL
 from ..training import checkpoint as ckpt
 from ..training.config import load_run_config
@@ -55,6 +55,9 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     check_vocab(model_dir, corpus)
     if len(corpus.vocab) != model.config.n_token:
         raise DataError(f"{model_dir}: model has {model.config.n_token} tokens, corpus vocabulary {len(corpus.vocab)}")
+    if getattr(args, "attn_chunk", 0) < 0:
+        raise ConfigError(f"attn_chunk: must be >= 0, got {args.attn_chunk}")
+    model.attn_chunk = getattr(args, "attn_chunk", 0)
     if getattr(args, "compile", False):
         model.compile()
     result = evaluate(model, getattr(corpus, args.split), batch_size=args.batch_size, tgt_len=args.tgt_len,

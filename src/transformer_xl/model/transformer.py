@@ -94,9 +94,11 @@ class TransformerXL(nn.Module):
         # config keeps the training values (which size attn_type 1/3's learned tables).
         self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
         self.clamp_len, self.same_length = cfg.clamp_len, cfg.same_length
-        # Run-time switch: >0 computes attn_type 0 attention this many query rows at a time
-        # (peak memory B*H*chunk*K instead of B*H*L*K); same results as the plain path.
+        # Run-time switch for attn_type 0, same results as the plain path: >0 computes attention with
+        # gradients this many query rows at a time (peak memory B*H*chunk*K instead of B*H*L*K), and
+        # without gradients streams keys attn_key_block at a time (peak memory independent of M).
         self.attn_chunk = 0
+        self.attn_key_block = 256
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
         self.drop = Dropout(cfg.dropout)
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
@@ -258,7 +260,8 @@ class TransformerXL(nn.Module):
             for i, layer in enumerate(self.layers):
                 hids.append(core)
                 core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
-                             attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk)
+                             attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk,
+                             key_block=self.attn_key_block)
         elif cfg.attn_type == 1:
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):

@@ -52,6 +52,7 @@ class TrainConfig:
     clip: float = 0.25  # gradient-norm clipping; 0 disables it
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs a GPU; uses a gradient scaler)
     compile: bool = False  # torch.compile the model, for training and evaluation (see README, Performance)
+    attn_chunk: int = 0  # >0: memory-efficient attention (attn_type 0), query rows per chunk; same results
     seed: int = 1111
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     log_interval: int = 200
@@ -109,6 +110,8 @@ class RunConfig:
             raise ConfigError(f"batch_chunk: batch_size={t.batch_size} is not divisible by batch_chunk={t.batch_chunk}")
         if not t.lr > 0:
             raise ConfigError(f"lr: must be positive, got {t.lr}")
+        if t.attn_chunk < 0:
+            raise ConfigError(f"attn_chunk: must be >= 0, got {t.attn_chunk}")
         if t.warmup_steps < 0:
             raise ConfigError(f"warmup_steps: must be >= 0, got {t.warmup_steps}")
         if t.clip < 0:

@@ -102,6 +102,7 @@ class Trainer:
         distributed.seed_dropout(self.dist, t.seed)
         if latest is not None:
             self._restore_model(latest)
+        self.model.attn_chunk = t.attn_chunk
         self.engine = distributed.wrap(self.model, self.dist)
         if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
             self.model.compile()  # what the training step calls
