@@ -61,3 +61,17 @@ def test_streamed_keys_with_hidden_memory_and_padding():
         model.attn_chunk, model.attn_key_block = 1, 5
         fast = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
     torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)
+
+
+def test_kv_buffer_equals_concatenation():
+    from transformer_xl.generation.cache import KVBuffer
+
+    gen = torch.Generator().manual_seed(0)
+    buf = KVBuffer(torch.zeros(2, 3, 0, 4))
+    ref = torch.zeros(2, 3, 0, 4)
+    for step, (n, drop) in enumerate([(5, 0), (1, 2), (40, 0), (1, 30), (70, 1), (1, 0), (3, 80)]):
+        x = torch.randn(2, 3, n, 4, generator=gen)
+        ref = torch.cat([ref, x], dim=2)[:, :, drop:]
+        buf.append(x)
+        buf.drop_front(drop)
+        assert torch.equal(buf.tensor, ref), step

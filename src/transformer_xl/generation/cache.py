@@ -11,8 +11,9 @@ plus the ``mem_len`` tokens before the segment (its memory), and with ``same_len
 distance < ``mem_len``. Each row keeps its own segment phase, so rows of a left-padded batch give
 exactly what they would give alone. Keys no future query can see are dropped.
 
-Layout: keys/values ``[B, H, T, D]``; ``index [B, T]`` holds each cached key's token index within
-its row (-1 for padding).
+Layout: keys/values ``[B, H, T, D]``, views of preallocated buffers (:class:`KVBuffer`), so a step
+appends in place instead of re-concatenating the whole cache; ``index [B, T]`` holds each cached key's
+token index within its row (-1 for padding).
 """
 
 from __future__ import annotations
@@ -23,6 +24,39 @@ import torch
 from torch import Tensor
 
 from ..model.attention import rel_shift, sinusoid_table
+
+
+class KVBuffer:
+    """A growing ``[B, H, T, D]`` sequence kept in a preallocated buffer.
+
+    ``append`` writes in place (amortised O(new) instead of O(T) for ``torch.cat``), ``drop_front``
+    only moves a start offset; when the buffer is full, the live part moves to the front of a buffer
+    at least twice its length. :attr:`tensor` is a view whose ``[T, D]`` blocks are row-contiguous, so
+    matmuls read it without a copy.
+    """
+
+    def __init__(self, like: Tensor, capacity: int = 64):
+        bsz, n_head, _, d_head = like.shape
+        self.data = like.new_empty(bsz, n_head, capacity, d_head)  # [B, H, capacity, D]
+        self.start = self.end = 0
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.data[:, :, self.start:self.end]  # [B, H, T, D]
+
+    def append(self, x: Tensor) -> Tensor:
+        n = x.size(2)
+        if self.end + n > self.data.size(2):
+            live = self.end - self.start
+            grown = self.data.new_empty(*self.data.shape[:2], max(2 * (live + n), 64), self.data.size(3))
+            grown[:, :, :live] = self.tensor
+            self.data, self.start, self.end = grown, 0, live
+        self.data[:, :, self.end:self.end + n] = x
+        self.end += n
+        return self.tensor
+
+    def drop_front(self, n: int) -> None:
+        self.start += n
 
 
 class DecodingCache:
@@ -43,8 +77,9 @@ class DecodingCache:
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         n_head, d_head = cfg.n_head, cfg.d_head
-        self.keys: List[Tensor] = [p.new_zeros(batch_size, n_head, 0, d_head) for _ in model.layers]
-        self.values: List[Tensor] = [p.new_zeros(batch_size, n_head, 0, d_head) for _ in model.layers]
+        like = p.new_zeros(batch_size, n_head, 0, d_head)
+        self.keys: List[KVBuffer] = [KVBuffer(like) for _ in model.layers]
+        self.values: List[KVBuffer] = [KVBuffer(like) for _ in model.layers]
         self.index = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)  # [B, T]
         self.count = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # real tokens per row
         self._r_k: List[Optional[Tensor]] = [None] * len(model.layers)
@@ -87,8 +122,8 @@ class DecodingCache:
         keep_from = int(needed.any(0).nonzero()[0]) if needed.any() else self.index.size(1)
         if keep_from > 0:
             self.index = self.index[:, keep_from:]
-            self.keys = [k[:, :, keep_from:] for k in self.keys]
-            self.values = [v[:, :, keep_from:] for v in self.values]
+            for buf in self.keys + self.values:
+                buf.drop_front(keep_from)
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
@@ -117,9 +152,8 @@ class DecodingCache:
             u, v = attn.r_w_bias, attn.r_r_bias
         x = attn.layer_norm(h) if attn.pre_lnorm else h
         q, k, val = (attn._heads(t) for t in attn.qkv_net(x).split(attn.n_head * attn.d_head, dim=-1))  # [B, H, n, D]
-        self.keys[i] = torch.cat([self.keys[i], k], dim=2)  # [B, H, T+n, D]
-        self.values[i] = torch.cat([self.values[i], val], dim=2)
-        keys, values = self.keys[i], self.values[i]
+        keys = self.keys[i].append(k)  # [B, H, T+n, D]
+        values = self.values[i].append(val)
         klen = keys.size(2)
         r_k = self._r_k[i][:, self._r_len - klen - 1:]  # distances klen .. 0: [H, klen+1, D]
         ac = torch.matmul(q + u[:, None], keys.transpose(-1, -2))  # [B, H, n, T+n]
