@@ -58,6 +58,7 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     if getattr(args, "attn_chunk", 0) < 0:
         raise ConfigError(f"attn_chunk: must be >= 0, got {args.attn_chunk}")
     model.attn_chunk = getattr(args, "attn_chunk", 0)
+    model.fused_attention = getattr(args, "fused_attention", False)
     if getattr(args, "compile", False):
         model.compile()
     result = evaluate(model, getattr(corpus, args.split), batch_size=args.batch_size, tgt_len=args.tgt_len,

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import triton_attention
 from .dropout import Dropout
 
 
@@ -178,16 +179,24 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
 
     def forward(self, h: Tensor, pos_emb: Tensor, r_w_bias: Optional[Tensor], r_r_bias: Optional[Tensor],
                 attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None, chunk: int = 0,
-                key_block: int = 256) -> Tensor:
+                key_block: int = 256, fused: Optional[tuple] = None) -> Tensor:
         """h ``[B, L, d]``, pos_emb ``R`` for distances ``K..0``: ``[K+1, d]``, mems ``[B, M, d]``.
 
         ``chunk > 0`` selects the memory-efficient paths: with gradients, queries ``chunk`` rows at a
         time (:meth:`_attend_chunked`); without, keys streamed ``key_block`` at a time
-        (:meth:`_attend_streamed`). Both give the plain path's result.
+        (:meth:`_attend_streamed`). ``fused = (window, key_hidden)`` (the mask as parameters) selects
+        the fused Triton kernel where it can run (CUDA, no attention dropout). All give the plain
+        path's result.
         """
         if hasattr(self, "r_w_bias"):
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
         r_k = self.r_net(pos_emb).view(-1, self.n_head, self.d_head).transpose(0, 1)  # [H, K+1, D]
+        if (fused is not None and triton_attention.is_available(h)
+                and not (self.training and self.dropatt.p > 0)):
+            q, k, v = self._qkv(h, mems)
+            vec = triton_attention.rel_attention(q, k, v, r_k, r_w_bias, r_r_bias, self.scale, window=fused[0],
+                                                 key_hidden=fused[1])  # [B, H, L, D]
+            return self._output(h, vec.transpose(1, 2).reshape(h.size(0), h.size(1), -1))
         if chunk > 0 and not torch.is_grad_enabled():
             return self._output(h, self._attend_streamed(h, mems, r_k, r_w_bias, r_r_bias, attn_mask, key_block))
         q, k, v = self._qkv(h, mems)

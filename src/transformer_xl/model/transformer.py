@@ -99,6 +99,9 @@ class TransformerXL(nn.Module):
         # without gradients streams keys attn_key_block at a time (peak memory independent of M).
         self.attn_chunk = 0
         self.attn_key_block = 256
+        # Run-time switch: the fused Triton kernel for attn_type 0 where it can run (CUDA tensors, no
+        # attention dropout in training); the plain path elsewhere. Same results.
+        self.fused_attention = False
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
         self.drop = Dropout(cfg.dropout)
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
@@ -255,13 +258,14 @@ class TransformerXL(nn.Module):
         word_emb = self.word_emb(input_ids)  # [B, L, d]
         hids: List[Tensor] = []
         if cfg.attn_type == 0:
+            fused = (self.mem_len if self.same_length else 0, key_hidden) if self.fused_attention else None
             pos_emb = self.drop(sinusoid_table(self._pos_seq(klen, device), cfg.d_model).to(word_emb.dtype))  # [K+1, d]
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):
                 hids.append(core)
                 core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
                              attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk,
-                             key_block=self.attn_key_block)
+                             key_block=self.attn_key_block, fused=fused)
         elif cfg.attn_type == 1:
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):

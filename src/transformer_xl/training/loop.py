@@ -64,7 +64,17 @@ def autocast_dtype(precision: str, device: torch.device):
         return None
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
+    if precision == "bf16" and device.type == "cpu" and not _cpu_has_bf16():
+        log.warning("precision bf16: this CPU has no native bf16 instructions (avx512_bf16/amx); "
+                    "expect bf16 to be slower than fp32")
     return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def load_data(cfg: RunConfig):
@@ -102,7 +112,7 @@ class Trainer:
         distributed.seed_dropout(self.dist, t.seed)
         if latest is not None:
             self._restore_model(latest)
-        self.model.attn_chunk = t.attn_chunk
+        self.model.attn_chunk, self.model.fused_attention = t.attn_chunk, t.fused_attention
         self.engine = distributed.wrap(self.model, self.dist)
         if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
             self.model.compile()  # what the training step calls
