@@ -8,16 +8,20 @@ import time
 import torch
 
 
-def matmul_flops_per_s(dtype=torch.float32, n: int = 1024, repeat: int = 10) -> float:
-    """Measured throughput of a square matmul on this machine, now (FLOP/s)."""
+def matmul_flops_per_s(dtype=torch.float32, n: int = 1024, repeat: int = 10, trials: int = 5) -> float:
+    """Measured throughput of a square matmul on this machine, now (FLOP/s): the median of ``trials``
+    timings of ``repeat`` products, so that one disturbed trial does not move the reference."""
     a = torch.randn(n, n).to(dtype)
     b = torch.randn(n, n).to(dtype)
     for _ in range(2):
         a @ b
-    start = time.perf_counter()
-    for _ in range(repeat):
-        a @ b
-    return 2 * n ** 3 * repeat / (time.perf_counter() - start)
+    rates = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            a @ b
+        rates.append(2 * n ** 3 * repeat / (time.perf_counter() - start))
+    return sorted(rates)[len(rates) // 2]
 
 
 def current_rss_bytes() -> int:

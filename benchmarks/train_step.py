@@ -69,7 +69,10 @@ def run_variant(name: str, args) -> dict:
     engine = model
     if "compile" in name:
         engine = torch.compile(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    from transformer_xl.training.config import TrainConfig
+    from transformer_xl.training.schedule import build_optimizer
+
+    optimizer = build_optimizer(model, TrainConfig(lr=args.lr))  # what txl train uses
     b, L = args.batch, args.tgt_len
     n_steps = args.warmup + args.steps
     stream = token_stream(args.vocab, b * (n_steps * L + 1))

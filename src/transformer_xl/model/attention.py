@@ -68,15 +68,12 @@ def rel_attn_score(q: Tensor, k: Tensor, r_k: Tensor, r_w_bias: Tensor, r_r_bias
         A new ``[B, H, L, K]`` tensor (callers may modify it in place); entries above the causal
         diagonal (``j > M + i``) are unspecified.
     """
-    bsz, n_head, qlen, d_head = q.shape
-    klen = k.size(2)
     q_u = (q + r_w_bias[:, None]) * scale  # [B, H, L, D]
     q_v = (q + r_r_bias[:, None]) * scale  # [B, H, L, D]
     bd = rel_shift(torch.matmul(q_v, r_k.transpose(-1, -2)))  # [B, H, L, K], a view of [B, H, L, K+1]
-    # The content term is accumulated onto the shifted position term by the matmul itself.
-    ac_bd = torch.baddbmm(bd.reshape(bsz * n_head, qlen, klen), q_u.reshape(bsz * n_head, qlen, d_head),
-                          k.reshape(bsz * n_head, klen, d_head).transpose(1, 2))  # [B*H, L, K]
-    return ac_bd.view(bsz, n_head, qlen, klen)
+    # add_ into the matmul's own result: no further [B, H, L, K] tensor, and (unlike baddbmm's 3-D output
+    # seen through a view) later in-place masking needs no copy in the backward pass.
+    return torch.matmul(q_u, k.transpose(-1, -2)).add_(bd)  # [B, H, L, K]
 
 
 class _AttentionBase(nn.Module):

@@ -40,4 +40,6 @@ class Dropout(nn.Dropout):
         if x.device.type != "cpu" or self.p >= 1.0 or self.inplace or torch.compiler.is_compiling():
             return super().forward(x)
         keep, scale = keep_mask(x.shape, self.p, device=x.device)
-        return (x * keep).mul_(scale)  # the scale is applied in float, one rounding per element
+        if x.dtype == torch.float32:
+            return x * torch.where(keep, scale, 0.0)  # one float mask, read again by the backward pass
+        return torch.where(keep, x, 0.0).mul_(scale)  # the scale applied in float: one rounding per element
