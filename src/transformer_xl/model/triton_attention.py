@@ -127,6 +127,24 @@ if triton is not None and _HAS_GATHER:
         return vis
 
     @triton.jit
+    def _band_index(offs_r, BLOCK: tl.constexpr):
+        """Band column of entry (a, b) of a ``[BLOCK, BLOCK]`` block, and where to find it (lo or hi half)."""
+        t = offs_r[None, :] - offs_r[:, None] + (BLOCK - 1)  # [BLOCK, BLOCK] in [0, 2*BLOCK-2]
+        return t < BLOCK, tl.minimum(t, BLOCK - 1), tl.maximum(t - BLOCK, 0)
+
+    @triton.jit
+    def _load_biases(U, VB, h, s_uh, s_vbh, offs_d, dmask):
+        """This head's ``u`` and ``v``, fp32 ``[BLOCK_D]`` each."""
+        u = tl.load(U + h * s_uh + offs_d, mask=dmask, other=0.0).to(tl.float32)
+        vb = tl.load(VB + h * s_vbh + offs_d, mask=dmask, other=0.0).to(tl.float32)
+        return u, vb
+
+    @triton.jit
+    def _biased_queries(q, u, vb, scale, dtype: tl.constexpr):
+        """``(q + u) * scale`` and ``(q + v) * scale`` in the input dtype: ``[BLOCK, BLOCK_D]`` each."""
+        return ((q + u[None, :]) * scale).to(dtype), ((q + vb[None, :]) * scale).to(dtype)
+
+    @triton.jit
     def _position_scores(p_lo, p_hi, from_lo, idx_lo, idx_hi):
         """Shift the band scores ``[BLOCK, 2*BLOCK]`` (two halves) to key columns: ``[BLOCK, BLOCK]``."""
         return tl.where(from_lo, tl.gather(p_lo, idx_lo, 1), tl.gather(p_hi, idx_hi, 1))
@@ -151,21 +169,15 @@ if triton is not None and _HAS_GATHER:
         dtype = Q.dtype.element_ty
 
         q = _load_rows(Q + b * s_qb + h * s_qh, i0, qlen, s_ql, offs_r, offs_d, head_dim).to(tl.float32)
-        u = tl.load(U + h * s_uh + offs_d, mask=dmask, other=0.0).to(tl.float32)
-        vb = tl.load(VB + h * s_vbh + offs_d, mask=dmask, other=0.0).to(tl.float32)
-        q_u = ((q + u[None, :]) * scale).to(dtype)  # [BLOCK, BLOCK_D]
-        q_v = ((q + vb[None, :]) * scale).to(dtype)  # [BLOCK, BLOCK_D]
+        u, vb = _load_biases(U, VB, h, s_uh, s_vbh, offs_d, dmask)
+        q_u, q_v = _biased_queries(q, u, vb, scale, dtype)  # [BLOCK, BLOCK_D] each
 
         k_base = Kk + b * s_kb + h * s_kh
         v_base = V + b * s_vb + h * s_vh
         rk_base = RK + h * s_rh
         kh_row = KH + b * s_khb
 
-        # band column of entry (a, b) and where to find it (lo or hi half)
-        t = offs_r[None, :] - offs_r[:, None] + (BLOCK - 1)  # [BLOCK, BLOCK] in [0, 2*BLOCK-2]
-        from_lo = t < BLOCK
-        idx_lo = tl.minimum(t, BLOCK - 1)
-        idx_hi = tl.maximum(t - BLOCK, 0)
+        from_lo, idx_lo, idx_hi = _band_index(offs_r, BLOCK)
 
         # key blocks that can hold a visible key for these rows
         j_end = tl.minimum(mlen + i0 + BLOCK, klen)
@@ -229,18 +241,14 @@ if triton is not None and _HAS_GATHER:
 
         k = _load_rows(Kk + b * s_kb + h * s_kh, j0, klen, s_kl, offs_r, offs_d, head_dim)  # [BLOCK, BLOCK_D]
         v = _load_rows(V + b * s_vb + h * s_vh, j0, klen, s_vl, offs_r, offs_d, head_dim)
-        u = tl.load(U + h * s_uh + offs_d, mask=dmask, other=0.0).to(tl.float32)
-        vb = tl.load(VB + h * s_vbh + offs_d, mask=dmask, other=0.0).to(tl.float32)
+        u, vb = _load_biases(U, VB, h, s_uh, s_vbh, offs_d, dmask)
         q_base = Q + b * s_qb + h * s_qh
         do_base = DO + b * s_db + h * s_dh
         rk_base = RK + h * s_rh
         kh_row = KH + b * s_khb
         stat_base = pid_bh.to(tl.int64) * qlen
 
-        t = offs_r[None, :] - offs_r[:, None] + (BLOCK - 1)
-        from_lo = t < BLOCK
-        idx_lo = tl.minimum(t, BLOCK - 1)
-        idx_hi = tl.maximum(t - BLOCK, 0)
+        from_lo, idx_lo, idx_hi = _band_index(offs_r, BLOCK)
 
         # query blocks holding a row that may see one of these keys
         i_start = (tl.maximum(j0 - mlen, 0) // BLOCK) * BLOCK
@@ -254,8 +262,7 @@ if triton is not None and _HAS_GATHER:
             offs_m = i0 + offs_r
             row_ok = offs_m < qlen
             q = _load_rows(q_base, i0, qlen, s_ql, offs_r, offs_d, head_dim).to(tl.float32)
-            q_u = ((q + u[None, :]) * scale).to(dtype)
-            q_v = ((q + vb[None, :]) * scale).to(dtype)
+            q_u, q_v = _biased_queries(q, u, vb, scale, dtype)
             do = _load_rows(do_base, i0, qlen, s_dl, offs_r, offs_d, head_dim).to(dtype)
             lse = tl.load(LSE + stat_base + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + stat_base + offs_m, mask=row_ok, other=0.0)
@@ -302,10 +309,8 @@ if triton is not None and _HAS_GATHER:
         stat_base = pid_bh.to(tl.int64) * qlen
 
         q = _load_rows(Q + b * s_qb + h * s_qh, i0, qlen, s_ql, offs_r, offs_d, head_dim).to(tl.float32)
-        u = tl.load(U + h * s_uh + offs_d, mask=dmask, other=0.0).to(tl.float32)
-        vb = tl.load(VB + h * s_vbh + offs_d, mask=dmask, other=0.0).to(tl.float32)
-        q_u = ((q + u[None, :]) * scale).to(dtype)
-        q_v = ((q + vb[None, :]) * scale).to(dtype)
+        u, vb = _load_biases(U, VB, h, s_uh, s_vbh, offs_d, dmask)
+        q_u, q_v = _biased_queries(q, u, vb, scale, dtype)  # [BLOCK, BLOCK_D] each
         do = _load_rows(DO + b * s_db + h * s_dh, i0, qlen, s_dl, offs_r, offs_d, head_dim).to(dtype)
         lse = tl.load(LSE + stat_base + offs_m, mask=row_ok, other=0.0)
         delta = tl.load(DELTA + stat_base + offs_m, mask=row_ok, other=0.0)
@@ -316,10 +321,7 @@ if triton is not None and _HAS_GATHER:
         drk_base = DRK + h * (klen + 1) * head_dim  # fp32 [H, K+1, D], contiguous
         kh_row = KH + b * s_khb
 
-        t = offs_r[None, :] - offs_r[:, None] + (BLOCK - 1)
-        from_lo = t < BLOCK
-        idx_lo = tl.minimum(t, BLOCK - 1)
-        idx_hi = tl.maximum(t - BLOCK, 0)
+        from_lo, idx_lo, idx_hi = _band_index(offs_r, BLOCK)
         # inverse: band column w of the lo half takes ds[a, w - (BLOCK-1) + a], of the hi half ds[a, w + 1 + a]
         w_lo = offs_r[None, :] + offs_r[:, None] - (BLOCK - 1)
         ok_lo = w_lo >= 0
