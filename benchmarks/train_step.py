@@ -88,7 +88,7 @@ def run_variant(name: str, args) -> dict:
         optimizer.step()
         return float(out.loss), out.mems
 
-    # FLOPs of one step, counted on a copy so that the measured run's state is untouched.
+    # FLOPs of one step, counted on a separate model so that the measured run's state is untouched.
     flops = count_step_flops(args)
     before = current_rss_bytes()
     mems, losses, times = None, [], []
@@ -148,8 +148,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     base = None
     for name in args.variants:
-        argv = [a for a in sys.argv[1:]]
-        out = subprocess.run([sys.executable, __file__, "--variant", name] + argv, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, __file__, "--variant", name] + sys.argv[1:], capture_output=True, text=True)
         if out.returncode != 0:
             print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode} |")
             continue

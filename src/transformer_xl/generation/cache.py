@@ -23,7 +23,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from ..model.attention import rel_shift, sinusoid_table
+from ..model.attention import rel_attn_score, sinusoid_table
 
 
 class KVBuffer:
@@ -137,7 +137,7 @@ class DecodingCache:
         k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
         klen = k_index.size(1)
         self._ensure_positions(klen + 1)
-        mask = ~self._visible(q_index, k_index)[:, None]  # [B, 1, n, T+n]
+        mask = ~self._visible(q_index, k_index)  # [B, n, T+n]
         h = model.word_emb(input_ids)  # [B, n, d]
         u, v = getattr(model, "r_w_bias", None), getattr(model, "r_r_bias", None)
         for i, layer in enumerate(model.layers):
@@ -156,12 +156,8 @@ class DecodingCache:
         values = self.values[i].append(val)
         klen = keys.size(2)
         r_k = self._r_k[i][:, self._r_len - klen - 1:]  # distances klen .. 0: [H, klen+1, D]
-        ac = torch.matmul(q + u[:, None], keys.transpose(-1, -2))  # [B, H, n, T+n]
-        bd = rel_shift(torch.matmul(q + v[:, None], r_k.transpose(-1, -2)))  # [B, H, n, T+n]
-        score = ((ac + bd) * attn.scale).float().masked_fill(mask, float("-inf"))
-        prob = torch.softmax(score, dim=-1).to(values.dtype)
-        vec = torch.matmul(prob, values).transpose(1, 2).reshape(h.size(0), h.size(1), -1)  # [B, n, H*D]
-        return attn._output(h, vec)
+        score = rel_attn_score(q, keys, r_k, u, v, attn.scale)  # [B, H, n, T+n], the layer's own score
+        return attn._output(h, attn._attend(score, values, mask))  # the layer's masked softmax and sum
 
     def __len__(self) -> int:
         """Number of cached key positions (memory plus current segment, padding included)."""
