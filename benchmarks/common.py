@@ -24,6 +24,29 @@ def matmul_flops_per_s(dtype=torch.float32, n: int = 1024, repeat: int = 10, tri
     return sorted(rates)[len(rates) // 2]
 
 
+class MatmulReference:
+    """The machine's matmul throughput *now*: ``ref()`` times ``repeat`` square products and returns FLOP/s.
+
+    Call it right before and after each timed piece of work and divide by the mean: on a shared machine
+    the rate drifts by a factor of two within seconds, and a reference measured once at the start of a
+    run makes ratios taken minutes later meaningless.
+    """
+
+    def __init__(self, dtype=torch.float32, n: int = 1024, repeat: int = 3):
+        self.a = torch.randn(n, n).to(dtype)
+        self.b = torch.randn(n, n).to(dtype)
+        self.flops = 2.0 * n ** 3 * repeat
+        self.repeat = repeat
+        for _ in range(2):
+            self.a @ self.b
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        for _ in range(self.repeat):
+            self.a @ self.b
+        return self.flops / (time.perf_counter() - start)
+
+
 def current_rss_bytes() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * resource.getpagesize()

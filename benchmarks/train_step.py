@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import current_rss_bytes, matmul_flops_per_s, peak_rss_bytes  # noqa: E402
+from common import MatmulReference, current_rss_bytes, peak_rss_bytes  # noqa: E402
 
-VARIANTS = ("fp32", "fp32+compile", "bf16", "bf16+compile")
+VARIANTS = ("fp32", "fp32-faults", "fp32+compile", "bf16", "bf16+compile")
 
 
 def token_stream(n_token: int, n: int) -> torch.Tensor:
@@ -61,7 +61,16 @@ def build(args):
 
 
 def run_variant(name: str, args) -> dict:
-    """One variant, in this (fresh) process."""
+    """One variant, in this (fresh) process.
+
+    The reference matmul throughputs (fp32 and bf16) are measured between every two steps, so that each
+    step's MFU is taken against what the machine delivered at that moment; on a shared machine the rate
+    drifts by a factor of two from one second to the next.
+    """
+    from transformer_xl.training.allocator import keep_cpu_memory
+
+    if name != "fp32-faults":
+        keep_cpu_memory()  # as txl train does (train.keep_cpu_memory)
     torch.manual_seed(0)
     model = build(args).train()
     model.attn_chunk = args.attn_chunk
@@ -90,17 +99,23 @@ def run_variant(name: str, args) -> dict:
 
     # FLOPs of one step, counted on a separate model so that the measured run's state is untouched.
     flops = count_step_flops(args)
+    refs = {dtype: MatmulReference(dtype) for dtype in (torch.float32, torch.bfloat16)}
     before = current_rss_bytes()
-    mems, losses, times = None, [], []
+    mems, losses, times, ref_rates = None, [], [], {"fp32": [], "bf16": []}
     for i in range(n_steps):
+        rate_before = {key: ref() for key, ref in zip(ref_rates, refs.values())}
         start = time.perf_counter()
         loss, mems = step(i, mems)
         times.append(time.perf_counter() - start)
         losses.append(loss)
+        for key, ref in zip(ref_rates, refs.values()):
+            ref_rates[key].append((rate_before[key] + ref()) / 2)  # the machine's rate around this step
     peak = peak_rss_bytes() - before
-    seconds = statistics.median(times[args.warmup:])
-    return {"variant": name, "seconds": seconds, "first_step_seconds": times[0], "peak_bytes": peak,
-            "flops": flops, "tokens": b * L, "losses": losses}
+    timed_steps = range(args.warmup, n_steps)
+    mfu = {key: statistics.median(flops / times[i] / rates[i] for i in timed_steps) for key, rates in ref_rates.items()}
+    return {"variant": name, "seconds": statistics.median(times[i] for i in timed_steps),
+            "first_step_seconds": times[0], "peak_bytes": peak, "flops": flops, "tokens": b * L, "losses": losses,
+            "mfu": mfu, "ref": {key: statistics.median(rates[i] for i in timed_steps) for key, rates in ref_rates.items()}}
 
 
 def count_step_flops(args) -> float:
@@ -138,14 +153,13 @@ def main() -> None:
     if args.variant:
         print(json.dumps(run_variant(args.variant, args)))
         return
-    fp32, bf16 = matmul_flops_per_s(torch.float32), matmul_flops_per_s(torch.bfloat16)
     print(f"n_layer {args.n_layer}, d_model {args.d_model}, {args.n_head}x{args.d_head} heads, d_inner {args.d_inner}, "
           f"tgt_len {args.tgt_len}, mem_len {args.mem_len}, batch {args.batch}, vocab {args.vocab}, "
-          f"dropout {args.dropout}; {torch.get_num_threads()} threads")
-    print(f"measured matmul throughput: fp32 {fp32 / 1e9:.1f} GFLOP/s, bf16 {bf16 / 1e9:.1f} GFLOP/s")
-    print("| variant | ms/step | tokens/s | peak MiB | GFLOP/step | MFU vs fp32 | MFU vs bf16 | first step s "
-          "| mean abs loss diff vs first |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"dropout {args.dropout}; {torch.get_num_threads()} threads; {args.steps} timed steps per variant")
+    print("MFU: median over the timed steps of (step FLOPs / step time) / (matmul FLOP/s measured around that step)")
+    print("| variant | ms/step | tokens/s | peak MiB | GFLOP/step | ref fp32 GFLOP/s | MFU vs fp32 | ref bf16 GFLOP/s "
+          "| MFU vs bf16 | first step s | mean abs loss diff vs first |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for name in args.variants:
         out = subprocess.run([sys.executable, __file__, "--variant", name] + sys.argv[1:], capture_output=True, text=True)
@@ -154,11 +168,11 @@ def main() -> None:
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         base = base or r
-        achieved = r["flops"] / r["seconds"]
         diff = statistics.fmean(abs(a - b) for a, b in zip(r["losses"], base["losses"]))
         print(f"| {name} | {1e3 * r['seconds']:.0f} | {r['tokens'] / r['seconds']:.0f} | {r['peak_bytes'] / 2 ** 20:.0f} "
-              f"| {r['flops'] / 1e9:.1f} | {achieved / fp32:.0%} | {achieved / bf16:.0%} | {r['first_step_seconds']:.1f} "
-              f"| {diff:.4f} |", flush=True)
+              f"| {r['flops'] / 1e9:.1f} | {r['ref']['fp32'] / 1e9:.0f} | {r['mfu']['fp32']:.0%} "
+              f"| {r['ref']['bf16'] / 1e9:.0f} | {r['mfu']['bf16']:.0%} | {r['first_step_seconds']:.1f} | {diff:.4f} |",
+              flush=True)
     if base:
         print(f"loss after {len(base['losses'])} steps ({base['variant']}): {base['losses'][-1]:.4f}")
 

@@ -8,6 +8,7 @@ from typing import Tuple
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL
 from ..training import checkpoint as ckpt
+from ..training.allocator import keep_cpu_memory
 from ..training.config import load_run_config
 from ..training.loop import RUN_CONFIG_NAME, autocast_dtype, load_data, resolve_device
 from .evaluate import EvalResult, evaluate
@@ -50,6 +51,8 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     overrides = ["--data-dir", args.data_dir] if getattr(args, "data_dir", None) else []
     cfg = load_run_config(str(find_run_config(model_dir)), overrides)
     device = resolve_device(args.device)
+    if device.type == "cpu" and cfg.train.keep_cpu_memory:
+        keep_cpu_memory()
     model = TransformerXL.from_pretrained(model_dir, map_location=device)
     corpus = load_data(cfg)
     check_vocab(model_dir, corpus)

@@ -61,6 +61,7 @@ class TrainConfig:
     save_interval: Optional[int] = None  # defaults to eval_interval
     keep_checkpoints: int = 3
     num_threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
+    keep_cpu_memory: bool = True  # glibc: freed CPU tensors stay in the heap (no page faults per step; see allocator.py)
     progress: bool = True  # a progress bar on stderr
     tensorboard: bool = True  # event files under RUN_DIR/tb when tensorboard is installed
     parallel: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (sharded weights, gradients, optimiser)

@@ -29,6 +29,7 @@ from ..model import TransformerXL
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
 from . import distributed
+from .allocator import keep_cpu_memory
 from .config import RunConfig
 from .metrics import MetricsLogger, NullMetrics, metric_name, metric_value
 from .schedule import build_optimizer, lr_at, set_lr
@@ -102,6 +103,8 @@ class Trainer:
         self.amp_dtype = autocast_dtype(t.precision, self.device)
         if t.num_threads:
             torch.set_num_threads(t.num_threads)
+        if t.keep_cpu_memory and self.device.type == "cpu":
+            keep_cpu_memory()
         latest = self._check_run_dir(resume)
         distributed.check_agree(self.dist, ckpt.checkpoint_step(latest), "checkpoint step to resume from",
                                 "every machine must see --run-dir on one shared filesystem")
