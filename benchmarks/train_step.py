@@ -95,7 +95,7 @@ def run_variant(name: str, args) -> dict:
         out.loss.float().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
         optimizer.step()
-        return float(out.loss), out.mems
+        return float(out.loss.detach()), out.mems
 
     # FLOPs of one step, counted on a separate model so that the measured run's state is untouched.
     flops = count_step_flops(args)

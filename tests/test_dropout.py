@@ -2,22 +2,23 @@
 
 import math
 
+import pytest
 import torch
 
 from transformer_xl.model.adaptive import _TargetLogSoftmax
-from transformer_xl.model.dropout import Dropout
+from transformer_xl.model.dropout import Dropout, keep_mask
 
 
 def test_drop_rate_and_mean_match_p():
-    n = 2_000_001  # odd: the last int32 contributes one lane only
+    n = 2_000_003  # not a multiple of 4: the last word contributes three lanes only
     for p in (0.1, 0.25, 0.5):
         torch.manual_seed(0)
         out = Dropout(p).train()(torch.ones(n))
         dropped = (out == 0).double()
         sd = math.sqrt(p * (1 - p) / n)
-        # both 15-bit halves of each random int32 drop at rate p (5 standard deviations)
-        for lane in (dropped[0::2], dropped[1::2]):
-            assert abs(lane.mean().item() - p) < 5 * sd * math.sqrt(2)
+        # each of the four 16-bit lanes of a random 64-bit word drops at rate p (5 standard deviations)
+        for lane in range(4):
+            assert abs(dropped[lane::4].mean().item() - p) < 5 * sd * 2
         assert abs(out.double().mean().item() - 1.0) < 5 * math.sqrt(p / (1 - p) / n)
         kept = out[out != 0]
         torch.testing.assert_close(kept, torch.full_like(kept, 1 / (1 - p)), rtol=1e-4, atol=0)
@@ -26,9 +27,23 @@ def test_drop_rate_and_mean_match_p():
 def test_neighbouring_elements_are_independent():
     torch.manual_seed(1)
     d = (Dropout(0.5).train()(torch.ones(1_000_000)) == 0).double()
-    both = (d[0::2] * d[1::2]).mean().item()  # the two lanes of one int32
-    shifted = (d[1:-1:2] * d[2::2]).mean().item()  # lanes of neighbouring int32s
-    assert abs(both - 0.25) < 0.005 and abs(shifted - 0.25) < 0.005
+    for lag in (1, 2, 3, 4, 5):  # lanes of one word (1-3) and of neighbouring words (4, 5)
+        both = (d[:-lag] * d[lag:]).mean().item()
+        assert abs(both - 0.25) < 0.004, lag
+
+
+def test_explicit_seeds_fix_the_mask():
+    a, scale = keep_mask((3, 1000), 0.2, seed=[7, 3])
+    b, _ = keep_mask((3, 1000), 0.2, seed=[7, 3])
+    c, _ = keep_mask((3, 1000), 0.2, seed=[7, 4])
+    assert a.shape == (3, 1000) and torch.equal(a, b) and not torch.equal(a, c)
+    assert scale == 2 ** 16 / (2 ** 16 - round(0.2 * 2 ** 16))
+    torch.manual_seed(3)
+    d, _ = keep_mask((3, 1000), 0.2)
+    torch.manual_seed(3)
+    assert torch.equal(d, keep_mask((3, 1000), 0.2)[0])  # the seed comes from torch's generator
+    with pytest.raises(ValueError):
+        keep_mask((4,), 1.0)
 
 
 def test_seeded_eval_and_gradient():

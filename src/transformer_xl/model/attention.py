@@ -94,17 +94,21 @@ class _AttentionBase(nn.Module):
         """``[B, T, H*D] -> [B, H, T, D]``."""
         return x.view(x.size(0), x.size(1), self.n_head, self.d_head).transpose(1, 2)
 
-    def _attend(self, score: Tensor, v: Tensor, attn_mask: Optional[Tensor]) -> Tensor:
+    def _attend(self, score: Tensor, v: Tensor, attn_mask: Optional[Tensor], mask_start: int = 0) -> Tensor:
         """Masked softmax over keys, then the weighted sum of values.
 
         score ``[B, H, L, K]``, already scaled and a fresh tensor (it is masked in place), v
         ``[B, H, K, D]``, attn_mask ``[L, K]`` or ``[B, L, K]`` bool with True where attention is
-        forbidden. Returns ``[B, L, H*D]``.
+        forbidden; key columns before ``mask_start`` hold no True and are left alone (without
+        same_length or hidden keys only the last L columns are masked). Returns ``[B, L, H*D]``.
         """
         score = score.float()  # softmax in float32 also under autocast (a copy only then)
         if attn_mask is not None:
             mask = attn_mask[:, None] if attn_mask.dim() == 3 else attn_mask  # [B|1, 1|L, L, K]
-            score = score.masked_fill_(mask, float("-inf"))
+            # Not recorded by autograd: softmax's backward is already 0 at a masked entry (its probability
+            # is 0), so the masked_fill backward (a clone and a second masking pass) would change nothing.
+            with torch.no_grad():
+                score[..., mask_start:].masked_fill_(mask[..., mask_start:], float("-inf"))
         prob = torch.softmax(score, dim=-1).to(v.dtype)  # [B, H, L, K]
         prob = self.dropatt(prob)
         vec = torch.matmul(prob, v)  # [B, H, L, D]
@@ -176,7 +180,7 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
 
     def forward(self, h: Tensor, pos_emb: Tensor, r_w_bias: Optional[Tensor], r_r_bias: Optional[Tensor],
                 attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None, chunk: int = 0,
-                key_block: int = 256, fused: Optional[tuple] = None) -> Tensor:
+                key_block: int = 256, fused: Optional[tuple] = None, mask_start: int = 0) -> Tensor:
         """h ``[B, L, d]``, pos_emb ``R`` for distances ``K..0``: ``[K+1, d]``, mems ``[B, M, d]``.
 
         ``chunk > 0`` selects the memory-efficient paths: with gradients, queries ``chunk`` rows at a
@@ -200,7 +204,7 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
         if 0 < chunk < q.size(2):
             return self._output(h, self._attend_chunked(q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk))
         score = rel_attn_score(q, k, r_k, r_w_bias, r_r_bias, self.scale)  # [B, H, L, K]
-        return self._output(h, self._attend(score, v, attn_mask))
+        return self._output(h, self._attend(score, v, attn_mask, mask_start))
 
     def _attend_streamed(self, h, mems, r_k, r_w_bias, r_r_bias, attn_mask, block: int) -> Tensor:
         """Attention without gradients, keys ``block`` at a time with an online softmax.
@@ -291,7 +295,7 @@ class RelLearnableMultiHeadAttn(_QKVAttention):
     """
 
     def forward(self, h: Tensor, r_emb: Tensor, r_w_bias: Tensor, r_bias: Tensor,
-                attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None) -> Tensor:
+                attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None, mask_start: int = 0) -> Tensor:
         """h ``[B, L, d]``, r_emb ``[T, H, D]``, r_w_bias ``[H, D]``, r_bias ``[T, H]``."""
         q, k, v = self._qkv(h, mems)
         klen = k.size(2)
@@ -301,7 +305,7 @@ class RelLearnableMultiHeadAttn(_QKVAttention):
         ac = torch.matmul(q + r_w_bias[:, None], k.transpose(-1, -2))  # [B, H, L, K]
         bd = torch.matmul(q, e.transpose(-1, -2)) + b[:, None, :]  # [B, H, L, K+1]
         score = (ac + rel_shift(bd.contiguous())).mul_(self.scale)
-        return self._output(h, self._attend(score, v, attn_mask))
+        return self._output(h, self._attend(score, v, attn_mask, mask_start))
 
 
 def _distance_rows(table_len: int, klen: int, device) -> Tensor:
@@ -322,7 +326,8 @@ class MultiHeadAttn(_AttentionBase):
         self.q_net = nn.Linear(self.d_model, self.n_head * self.d_head, bias=False)
         self.kv_net = nn.Linear(self.d_model, 2 * self.n_head * self.d_head, bias=False)
 
-    def forward(self, h: Tensor, attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None) -> Tensor:
+    def forward(self, h: Tensor, attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None,
+                mask_start: int = 0) -> Tensor:
         """h ``[B, L, d]``, mems ``[B, M, d]`` (positions already added) -> ``[B, L, d]``."""
         cat = _with_memory(h, mems)  # [B, K, d]
         if self.pre_lnorm:
@@ -330,4 +335,4 @@ class MultiHeadAttn(_AttentionBase):
         q = self._heads(self.q_net(h))  # [B, H, L, D]
         k, v = (self._heads(t) for t in self.kv_net(cat).chunk(2, dim=-1))  # [B, H, K, D]
         score = torch.matmul(q * self.scale, k.transpose(-1, -2))  # [B, H, L, K]
-        return self._output(h, self._attend(score, v, attn_mask))
+        return self._output(h, self._attend(score, v, attn_mask, mask_start))

@@ -50,7 +50,8 @@ class PositionwiseFF(nn.Module):
         super().__init__()
         self.pre_lnorm = pre_lnorm
         self.CoreNet = nn.Sequential(
-            nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), Dropout(dropout),
+            # ReLU out of place: in place on the Linear's 3-D output (a view) costs three copies in backward.
+            nn.Linear(d_model, d_inner), nn.ReLU(), Dropout(dropout),
             nn.Linear(d_inner, d_model), Dropout(dropout),
         )
         self.layer_norm = nn.LayerNorm(d_model, eps=eps)
@@ -254,6 +255,8 @@ class TransformerXL(nn.Module):
         device = input_ids.device
         key_hidden = _key_hidden(mems_mask, padding_mask, bsz, mlen, qlen, device)
         attn_mask = self._attn_mask(qlen, mlen, device, key_hidden)
+        # First key column that can be masked: without same_length or hidden keys, only the future.
+        mask_start = mlen + 1 if key_hidden is None and not self.same_length else 0
 
         word_emb = self.word_emb(input_ids)  # [B, L, d]
         hids: List[Tensor] = []
@@ -265,7 +268,7 @@ class TransformerXL(nn.Module):
                 hids.append(core)
                 core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
                              attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk,
-                             key_block=self.attn_key_block, fused=fused)
+                             key_block=self.attn_key_block, fused=fused, mask_start=mask_start)
         elif cfg.attn_type == 1:
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):
@@ -274,7 +277,7 @@ class TransformerXL(nn.Module):
                     r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
                 hids.append(core)
                 core = layer(core, r_emb, self.r_w_bias[i], r_bias,
-                             attn_mask=attn_mask, mems=None if mems is None else mems[i])
+                             attn_mask=attn_mask, mems=None if mems is None else mems[i], mask_start=mask_start)
         elif cfg.attn_type == 2:
             pos_emb = sinusoid_table(self._pos_seq(klen - 1, device), cfg.d_model).to(word_emb.dtype)  # [K, d]
             core = self.drop(word_emb + pos_emb[-qlen:])
@@ -283,7 +286,7 @@ class TransformerXL(nn.Module):
                 mem_i = None if mems is None else mems[i]
                 if mem_i is not None and i == 0:
                     mem_i = mem_i + pos_emb[:mlen]  # memory positions, counted back from the segment end
-                core = layer(core, attn_mask=attn_mask, mems=mem_i)
+                core = layer(core, attn_mask=attn_mask, mems=mem_i, mask_start=mask_start)
         else:
             if qlen > self.r_emb.size(1):
                 raise ConfigError(f"tgt_len: attn_type=3 has learned positions for {self.r_emb.size(1)} keys, "
@@ -296,7 +299,7 @@ class TransformerXL(nn.Module):
                     mem_i = mem_i + _absolute_rows(table[:-qlen], mlen)
                 core = core + table[-qlen:]
                 hids.append(core)  # the paper's code caches the states with positions added
-                core = layer(core, attn_mask=attn_mask, mems=mem_i)
+                core = layer(core, attn_mask=attn_mask, mems=mem_i, mask_start=mask_start)
         core = self.drop(core)
         hids.append(core)
         new_mems = update_mems(hids[:-1], mems, self.mem_len, self.ext_len)
