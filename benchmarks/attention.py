@@ -1,17 +1,19 @@
-"""Relative attention alone: time and peak memory against memory length M, plain vs memory-efficient paths.
+"""Relative attention alone: time and peak memory against memory length M, plain vs memory-efficient path.
 
-Two modes, each comparing the plain path with the memory-efficient one (``model.attn_chunk``):
+Two modes, each comparing the plain path with the memory-efficient one (``model.attn_chunk = block``: keys
+streamed ``--block`` at a time with an online softmax, recomputed block by block in the backward pass):
 
-- ``eval``: forward without gradients; the efficient path streams keys ``--key-block`` at a time.
-- ``train``: forward and backward; the efficient path computes ``--chunk`` query rows at a time and
-  recomputes them in the backward pass.
+- ``eval``: forward without gradients;
+- ``train``: forward and backward (gradients of the weights and of the segment's states).
 
 Each (mode, M, path) cell runs in a fresh subprocess, so its peak resident memory (``ru_maxrss``) is its
-own; the figure printed is that peak minus the resident memory just before the call (inputs and weights
-excluded). The subprocesses run with ``MALLOC_MMAP_THRESHOLD_=65536`` so that every large tensor is its
-own mapping, returned to the system when freed: the resident peak is then the peak of live tensors
-rather than of allocator caching. Also prints model FLOPs utilisation: FLOPs of the plain computation
-(3x forward for ``train``) per second, divided by the fp32 matmul throughput measured in the same run.
+own. A warm-up call with no memory first loads the libraries and kernels, then the figure printed is the
+peak minus the resident memory just before the measured call (inputs, weights and one-time set-up
+excluded). The subprocesses run with ``MALLOC_MMAP_THRESHOLD_=65536`` so that every large tensor is its own
+mapping, returned to the system when freed: the resident peak is then the peak of live tensors rather than
+of allocator caching (this slows both paths; times are taken in the same setting for both). Also prints
+model FLOPs utilisation: FLOPs of the plain computation (3x forward for ``train``) per second, divided by
+the fp32 matmul throughput measured right before and after each timed call (median over the calls).
 
     python benchmarks/attention.py --mem-lens 128 512 1024 2048 4096
 """
@@ -21,14 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import current_rss_bytes, matmul_flops_per_s, peak_rss_bytes, timed  # noqa: E402
+from common import MatmulReference, current_rss_bytes, peak_rss_bytes  # noqa: E402
 
 
 def attention_flops(b: int, qlen: int, mlen: int, d: int, h: int, dh: int) -> float:
@@ -48,28 +52,38 @@ def run_cell(mode: str, mlen: int, efficient: bool, args) -> dict:
     dh = args.d_model // args.n_head
     attn = RelPartialLearnableMultiHeadAttn(args.n_head, args.d_model, dh, 0.0, 0.0, False)
     attn.train(mode == "train")
-    h = torch.randn(args.batch, args.qlen, args.d_model, requires_grad=mode == "train")
-    mems = torch.randn(args.batch, mlen, args.d_model)
-    klen = mlen + args.qlen
-    pos = sinusoid_table(torch.arange(klen, -1, -1.0), args.d_model)
     u, v = torch.randn(args.n_head, dh), torch.randn(args.n_head, dh)
-    mask = torch.triu(torch.ones(args.qlen, klen, dtype=torch.bool), 1 + mlen)
-    chunk = args.chunk if efficient else 0
+    block = args.block if efficient else 0
 
-    def call():
+    def inputs(m: int):
+        h = torch.randn(args.batch, args.qlen, args.d_model, requires_grad=mode == "train")
+        mems = torch.randn(args.batch, m, args.d_model)
+        pos = sinusoid_table(torch.arange(m + args.qlen, -1, -1.0), args.d_model)
+        mask = torch.triu(torch.ones(args.qlen, m + args.qlen, dtype=torch.bool), 1 + m)  # the future
+        return h, mems, pos, mask
+
+    def call(h, mems, pos, mask):
+        with torch.set_grad_enabled(mode == "train"):
+            out = attn(h, pos, u, v, attn_mask=mask, mems=mems, chunk=block, mask_start=mems.size(1) + 1)
         if mode == "train":
-            out = attn(h, pos, u, v, attn_mask=mask, mems=mems, chunk=chunk)
             out.sum().backward()
-        else:
-            with torch.no_grad():
-                attn(h, pos, u, v, attn_mask=mask, mems=mems, chunk=chunk, key_block=args.key_block)
 
+    call(*inputs(0))  # warm-up: libraries, thread pools, kernels
+    args_ = inputs(mlen)
     before = current_rss_bytes()
-    call()
+    call(*args_)
     peak = peak_rss_bytes() - before
-    seconds = timed(call, repeat=args.repeat)
+    ref = MatmulReference(torch.float32)
     flops = attention_flops(args.batch, args.qlen, mlen, args.d_model, args.n_head, dh) * (3 if mode == "train" else 1)
-    return {"seconds": seconds, "peak_bytes": peak, "flops": flops}
+    times, mfu = [], []
+    for _ in range(args.repeat):
+        rate = ref()
+        start = time.perf_counter()
+        call(*args_)
+        times.append(time.perf_counter() - start)
+        mfu.append(flops / times[-1] / ((rate + ref()) / 2))
+    return {"seconds": statistics.median(times), "peak_bytes": peak, "mfu": statistics.median(mfu),
+            "ref": ref()}
 
 
 def main() -> None:
@@ -80,23 +94,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--n-head", type=int, default=8)
-    parser.add_argument("--chunk", type=int, default=16, help="query rows per chunk (train mode)")
-    parser.add_argument("--key-block", type=int, default=256, help="keys per block (eval mode)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--block", type=int, default=256, help="keys per block of the memory-efficient path")
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:
         mode, mlen, efficient = args.cell.split(",")
         print(json.dumps(run_cell(mode, int(mlen), efficient == "1", args)))
         return
-    fp32 = matmul_flops_per_s(torch.float32)
     print(f"B {args.batch}, L {args.qlen}, d_model {args.d_model}, {args.n_head} heads; {torch.get_num_threads()} threads; "
-          f"measured fp32 matmul throughput {fp32 / 1e9:.1f} GFLOP/s")
+          f"memory-efficient path: keys in blocks of {args.block}")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     for mode in args.modes:
-        name = f"keys in blocks of {args.key_block}" if mode == "eval" else f"queries in chunks of {args.chunk}"
-        print(f"\n{mode}: plain vs {name}")
-        print("| M | plain ms | plain peak MiB | plain MFU | efficient ms | efficient peak MiB | efficient MFU "
+        print(f"\n{mode}: plain vs streamed keys" + (" (recomputed in backward)" if mode == "train" else ""))
+        print("| M | plain ms | plain peak MiB | plain MFU | streamed ms | streamed peak MiB | streamed MFU "
               "| memory ratio |")
         print("|---|---|---|---|---|---|---|---|")
         for mlen in args.mem_lens:
@@ -106,10 +117,9 @@ def main() -> None:
                                      capture_output=True, text=True, check=True, env=env)
                 cells.append(json.loads(out.stdout.strip().splitlines()[-1]))
             mib = [c["peak_bytes"] / 2 ** 20 for c in cells]
-            mfu = [c["flops"] / c["seconds"] / fp32 for c in cells]
             ms = [1e3 * c["seconds"] for c in cells]
-            print(f"| {mlen} | {ms[0]:.1f} | {mib[0]:.0f} | {mfu[0]:.0%} | {ms[1]:.1f} | {mib[1]:.0f} | {mfu[1]:.0%} "
-                  f"| {mib[0] / max(mib[1], 1e-9):.1f}x |", flush=True)
+            print(f"| {mlen} | {ms[0]:.1f} | {mib[0]:.0f} | {cells[0]['mfu']:.0%} | {ms[1]:.1f} | {mib[1]:.0f} "
+                  f"| {cells[1]['mfu']:.0%} | {mib[0] / max(mib[1], 1e-9):.1f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,27 +4,36 @@ import pytest
 import torch
 
 from helpers import random_tokens, tiny_model
+from transformer_xl.model import attention
+from transformer_xl.model.streamed_attention import streamed_rel_attention
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 4])
+@pytest.mark.parametrize("block", [1, 3, 4, 64])
 @pytest.mark.parametrize("variant", [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True)])
-def test_chunked_attention_equals_plain(chunk, variant):
-    model = tiny_model(seed=chunk, tgt_len=7, mem_len=9, **variant)
-    x = random_tokens(2, 22, seed=chunk)
-    first = model(x[:, :7], x[:, 1:8])  # memory of 7
-    plain = model(x[:, 7:14], x[:, 8:15], mems=first.mems)
-    plain.loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    model.attn_chunk = chunk
-    fast = model(x[:, 7:14], x[:, 8:15], mems=first.mems)
-    fast.loss.backward()
-    torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=1e-6, msg=n)
-    with torch.no_grad():
-        torch.testing.assert_close(model(x[:, 7:14], x[:, 8:15], mems=first.mems).losses, plain.losses,
-                                   rtol=1e-5, atol=1e-5)
+def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch):
+    """Keys in blocks with the hand-written backward: losses and every gradient, memory of 0, 7 and 9 > L."""
+    calls = []
+    monkeypatch.setattr(attention, "streamed_rel_attention",
+                        lambda *a, **k: calls.append(k["block"]) or streamed_rel_attention(*a, **k))
+    model = tiny_model(seed=block, tgt_len=7, mem_len=9, **variant).train()
+    names, params = zip(*model.named_parameters())
+    x = random_tokens(2, 30, seed=block)
+    plain_mems = fast_mems = None
+    for i in range(3):
+        inp, tgt = x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8]
+        model.attn_chunk = 0
+        plain = model(inp, tgt, mems=plain_mems)
+        plain_grads = torch.autograd.grad(plain.loss, params)
+        model.attn_chunk = block
+        fast = model(inp, tgt, mems=fast_mems)
+        fast_grads = torch.autograd.grad(fast.loss, params)
+        torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)
+        for n, a, b in zip(names, fast_grads, plain_grads):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
+        for new, old in zip(fast.mems, plain.mems):
+            torch.testing.assert_close(new, old, rtol=1e-5, atol=1e-5)
+        plain_mems, fast_mems = plain.mems, fast.mems
+    assert calls == [block] * (3 * model.config.n_layer)  # the streamed path ran in every layer
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 64])
@@ -39,7 +48,7 @@ def test_streamed_keys_equal_plain(block, variant):
             out = model(x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8], mems=mems)
             plain.append(out)
             mems = out.mems
-        model.attn_chunk, model.attn_key_block = 2, block
+        model.attn_chunk = block
         mems = None
         for i in range(3):
             out = model(x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8], mems=mems)
@@ -57,10 +66,14 @@ def test_streamed_keys_with_hidden_memory_and_padding():
     padding[2, :2] = True
     with torch.no_grad():
         mems = model(x[:, :6], x[:, 1:7]).mems
-        plain = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
-        model.attn_chunk, model.attn_key_block = 1, 5
-        fast = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
+    plain = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
+    plain_grads = torch.autograd.grad(plain.loss, list(model.parameters()))
+    model.attn_chunk = 5
+    fast = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
     torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)
+    for (n, _), a, b in zip(model.named_parameters(), torch.autograd.grad(fast.loss, list(model.parameters())),
+                            plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=n)
 
 
 def test_kv_buffer_equals_concatenation():

@@ -104,8 +104,8 @@ def add_eval(sub) -> None:
                    help="autocast precision of the forward passes (fp16 needs a GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays off on long evaluations)")
     p.add_argument("--attn-chunk", type=int, default=0, metavar="N",
-                   help="memory-efficient attention (attn_type 0): keys streamed in blocks, so peak memory no longer "
-                        "grows with --mem-len; same results")
+                   help="memory-efficient attention (attn_type 0): keys streamed N at a time (e.g. 256), so peak "
+                        "memory no longer grows with --mem-len; same results")
     p.add_argument("--fused-attention", action="store_true",
                    help="the fused Triton attention kernel (CUDA with triton installed; elsewhere the plain path)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from . import triton_attention
 from .dropout import Dropout
+from .streamed_attention import streamed_rel_attention
 
 
 def sinusoid_table(pos_seq: Tensor, d_model: int) -> Tensor:
@@ -126,16 +127,6 @@ def _with_memory(h: Tensor, mems: Optional[Tensor]) -> Tensor:
     return torch.cat([mems, h], dim=1)
 
 
-def _rows(mems: Optional[Tensor], h: Tensor, j0: int, j1: int) -> Tensor:
-    """Rows ``j0 .. j1-1`` of ``[mems, h]`` (``[B, j1-j0, d]``) without building the whole concatenation."""
-    mlen = 0 if mems is None else mems.size(1)
-    if j1 <= mlen:
-        return mems[:, j0:j1]
-    if j0 >= mlen:
-        return h[:, j0 - mlen:j1 - mlen]
-    return torch.cat([mems[:, j0:], h[:, :j1 - mlen]], dim=1)
-
-
 class _QKVAttention(_AttentionBase):
     """Attention whose query, key and value come from one ``qkv_net`` (attn_type 0 and 1)."""
 
@@ -180,13 +171,12 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
 
     def forward(self, h: Tensor, pos_emb: Tensor, r_w_bias: Optional[Tensor], r_r_bias: Optional[Tensor],
                 attn_mask: Optional[Tensor] = None, mems: Optional[Tensor] = None, chunk: int = 0,
-                key_block: int = 256, fused: Optional[tuple] = None, mask_start: int = 0) -> Tensor:
+                fused: Optional[tuple] = None, mask_start: int = 0) -> Tensor:
         """h ``[B, L, d]``, pos_emb ``R`` for distances ``K..0``: ``[K+1, d]``, mems ``[B, M, d]``.
 
-        ``chunk > 0`` selects the memory-efficient paths: with gradients, queries ``chunk`` rows at a
-        time (:meth:`_attend_chunked`); without, keys streamed ``key_block`` at a time
-        (:meth:`_attend_streamed`). ``fused = (window, key_hidden)`` (the mask as parameters) selects
-        the fused Triton kernel where it can run (CUDA, no attention dropout). All give the plain
+        ``chunk > 0`` selects the memory-efficient path (:meth:`_attend_streamed`): keys streamed ``chunk``
+        at a time, with and without gradients. ``fused = (window, key_hidden)`` (the mask as parameters)
+        selects the fused Triton kernel where it can run (CUDA, no attention dropout). All give the plain
         path's result.
         """
         if hasattr(self, "r_w_bias"):
@@ -198,92 +188,30 @@ class RelPartialLearnableMultiHeadAttn(_QKVAttention):
             vec = triton_attention.rel_attention(q, k, v, r_k, r_w_bias, r_r_bias, self.scale, window=fused[0],
                                                  key_hidden=fused[1])  # [B, H, L, D]
             return self._output(h, vec.transpose(1, 2).reshape(h.size(0), h.size(1), -1))
-        if chunk > 0 and not torch.is_grad_enabled():
-            return self._output(h, self._attend_streamed(h, mems, r_k, r_w_bias, r_r_bias, attn_mask, key_block))
+        if chunk > 0:
+            return self._output(h, self._attend_streamed(h, mems, r_k, r_w_bias, r_r_bias, attn_mask, chunk))
         q, k, v = self._qkv(h, mems)
-        if 0 < chunk < q.size(2):
-            return self._output(h, self._attend_chunked(q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk))
         score = rel_attn_score(q, k, r_k, r_w_bias, r_r_bias, self.scale)  # [B, H, L, K]
         return self._output(h, self._attend(score, v, attn_mask, mask_start))
 
     def _attend_streamed(self, h, mems, r_k, r_w_bias, r_r_bias, attn_mask, block: int) -> Tensor:
-        """Attention without gradients, keys ``block`` at a time with an online softmax.
+        """Attention with keys ``block`` at a time (:func:`~.streamed_attention.streamed_rel_attention`).
 
-        Each block's keys and values are projected from its rows of ``[mems, h]`` when it is reached
-        and dropped after, and only ``[B, H, L, block]`` scores exist at once, so peak memory no longer
-        grows with M (the plain path holds ``[B, H, L, M+L]`` scores and ``[B, M+L, 2*H*D]`` projected
-        keys and values). The softmax is accumulated as running max ``m``, sum ``l`` and weighted sum
-        ``acc`` of the values, rescaled when the max grows. Returns ``[B, L, H*D]``.
+        Each block's keys and values are projected from its rows of ``[mems, h]`` when it is reached, an
+        online softmax accumulates the result, and the backward pass recomputes block by block: neither the
+        ``[B, H, L, M+L]`` scores nor the ``[B, M+L, 2*H*D]`` projected memory are ever held whole, in
+        training as in evaluation. Returns ``[B, L, H*D]``.
         """
         bsz, qlen, _ = h.shape
-        mlen = 0 if mems is None else mems.size(1)
-        klen = mlen + qlen
         hd = self.n_head * self.d_head
         w_q, w_kv = self.qkv_net.weight[:hd], self.qkv_net.weight[hd:]  # [H*D, d], [2*H*D, d]
         q = self._heads(F.linear(self.layer_norm(h) if self.pre_lnorm else h, w_q))  # [B, H, L, D]
         q_u = (q + r_w_bias[:, None]) * self.scale  # [B, H, L, D]
         q_v = (q + r_r_bias[:, None]) * self.scale
-        # Position keys padded with L zero rows (distances below 0, only ever met by masked future keys),
-        # so that every block's distances are one contiguous slice.
-        r_k = F.pad(r_k, (0, 0, 0, qlen))  # [H, K+1+L, D]; row c holds distance K - c
-        acc = torch.zeros(bsz, self.n_head, qlen, self.d_head, dtype=torch.float32, device=h.device)
-        m = torch.full((bsz, self.n_head, qlen, 1), float("-inf"), device=h.device)  # running max
-        l = torch.zeros(bsz, self.n_head, qlen, 1, device=h.device)  # running sum
-        for j0 in range(0, klen, block):
-            j1 = min(j0 + block, klen)
-            src = _rows(mems, h, j0, j1)  # [B, Bk, d]
-            if self.pre_lnorm:
-                src = self.layer_norm(src)
-            kv = F.linear(src, w_kv).view(bsz, j1 - j0, 2, self.n_head, self.d_head)
-            k, v = kv.permute(2, 0, 3, 1, 4).contiguous()  # 2 x [B, H, Bk, D]
-            # Position term: distance M + i - j for query i and key j. The table holds distances
-            # M-j0+L-1 down to M-j1+1 (column c = L-1-i + j-j0); a strided view re-indexes it.
-            table = r_k[:, klen - (mlen - j0 + qlen - 1):klen - (mlen - j1)]  # [H, L+Bk-1, D]
-            pos = torch.matmul(q_v, table.transpose(-1, -2))  # [B, H, L, L+Bk-1]
-            bd = pos.as_strided((bsz, self.n_head, qlen, j1 - j0), (pos.stride(0), pos.stride(1), pos.size(-1) - 1, 1),
-                                pos.storage_offset() + qlen - 1)  # [B, H, L, Bk]
-            score = torch.matmul(q_u, k.transpose(-1, -2)).add_(bd).float()  # [B, H, L, Bk]
-            if attn_mask is not None:
-                mask = attn_mask[..., j0:j1]
-                if mask.any():
-                    score.masked_fill_(mask[:, None] if mask.dim() == 3 else mask, float("-inf"))
-            m_new = torch.maximum(m, score.amax(dim=-1, keepdim=True))  # [B, H, L, 1]
-            m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with no visible key yet
-            prob = score.sub_(m_safe).exp_()  # [B, H, L, Bk]
-            correction = torch.exp(m - m_safe)
-            l = l.mul_(correction).add_(prob.sum(dim=-1, keepdim=True))
-            acc = acc.mul_(correction).add_(torch.matmul(prob.to(v.dtype), v))
-            m = m_new
-        vec = (acc / l).to(q.dtype)  # [B, H, L, D]; every query sees at least its own key
+        ln = (self.layer_norm.weight, self.layer_norm.bias, self.layer_norm.eps) if self.pre_lnorm else None
+        vec = streamed_rel_attention(q_u, q_v, r_k, mems, h, w_kv, ln, attn_mask, block=block,
+                                     dropatt=self.dropatt.p, training=self.training)  # [B, H, L, D]
         return vec.transpose(1, 2).reshape(bsz, qlen, hd)  # [B, L, H*D]
-
-    def _attend_chunked(self, q, k, v, r_k, r_w_bias, r_r_bias, attn_mask, chunk: int) -> Tensor:
-        """Memory-efficient attention: queries ``i0 .. i1`` at a time, against the keys they can see.
-
-        Rows ``i0 .. i1`` of a segment with memory M see keys ``0 .. M + i1`` at most, so each chunk is
-        the same problem with ``M' = M + i0``, ``K' = M + i1`` and the last ``K' + 1`` position keys.
-        Peak memory of the scores is ``B * H * chunk * K`` instead of ``B * H * L * K``; when gradients
-        are needed each chunk is recomputed in the backward pass (activation checkpointing), so
-        training gains the same saving.
-        """
-        from torch.utils.checkpoint import checkpoint
-
-        qlen, klen = q.size(2), k.size(2)
-        mlen = klen - qlen
-        outs = []
-        for i0 in range(0, qlen, chunk):
-            i1 = min(i0 + chunk, qlen)
-            kk = mlen + i1  # keys visible to rows i0 .. i1-1
-            mask = None if attn_mask is None else attn_mask[..., i0:i1, :kk]
-            args = (q[:, :, i0:i1], k[:, :, :kk], v[:, :, :kk], r_k[:, klen - kk:], r_w_bias, r_r_bias, mask)
-            if torch.is_grad_enabled():
-                outs.append(checkpoint(self._attend_block, *args, use_reentrant=False))
-            else:
-                outs.append(self._attend_block(*args))
-        return torch.cat(outs, dim=1)  # [B, L, H*D]
-
-    def _attend_block(self, q, k, v, r_k, r_w_bias, r_r_bias, mask) -> Tensor:
-        return self._attend(rel_attn_score(q, k, r_k, r_w_bias, r_r_bias, self.scale), v, mask)
 
 
 class RelLearnableMultiHeadAttn(_QKVAttention):

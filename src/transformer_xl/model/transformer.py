@@ -95,11 +95,10 @@ class TransformerXL(nn.Module):
         # config keeps the training values (which size attn_type 1/3's learned tables).
         self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
         self.clamp_len, self.same_length = cfg.clamp_len, cfg.same_length
-        # Run-time switch for attn_type 0, same results as the plain path: >0 computes attention with
-        # gradients this many query rows at a time (peak memory B*H*chunk*K instead of B*H*L*K), and
-        # without gradients streams keys attn_key_block at a time (peak memory independent of M).
+        # Run-time switch for attn_type 0, same results as the plain path: >0 computes the attention with keys
+        # streamed this many at a time and an online softmax, recomputed block by block in the backward pass,
+        # so that peak memory no longer grows as B*H*L*(M+L) in training or evaluation.
         self.attn_chunk = 0
-        self.attn_key_block = 256
         # Run-time switch: the fused Triton kernel for attn_type 0 where it can run (CUDA tensors, no
         # attention dropout in training); the plain path elsewhere. Same results.
         self.fused_attention = False
@@ -268,7 +267,7 @@ class TransformerXL(nn.Module):
                 hids.append(core)
                 core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
                              attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk,
-                             key_block=self.attn_key_block, fused=fused, mask_start=mask_start)
+                             fused=fused, mask_start=mask_start)
         elif cfg.attn_type == 1:
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):

@@ -52,7 +52,7 @@ class TrainConfig:
     clip: float = 0.25  # gradient-norm clipping; 0 disables it
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs a GPU; uses a gradient scaler)
     compile: bool = False  # torch.compile the model, for training and evaluation (see README, Performance)
-    attn_chunk: int = 0  # >0: memory-efficient attention (attn_type 0), query rows per chunk; same results
+    attn_chunk: int = 0  # >0: memory-efficient attention (attn_type 0), keys streamed this many at a time; same results
     fused_attention: bool = False  # the fused Triton attention kernel on CUDA (attn_type 0, dropatt 0); same results
     seed: int = 1111
     device: str = "auto"  # auto | cpu | cuda | cuda:N
