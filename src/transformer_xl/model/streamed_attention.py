@@ -350,6 +350,7 @@ class _StreamedRelAttention(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------------------------- public entry
+@torch.compiler.disable  # data-dependent block skipping; runs eagerly inside a compiled model
 def streamed_rel_attention(q_u: Tensor, q_v: Tensor, r_k: Tensor, mems: Optional[Tensor], h: Tensor, w_kv: Tensor,
                            ln: Optional[Tuple[Tensor, Tensor, float]] = None, attn_mask: Optional[Tensor] = None,
                            block: int = 256, dropatt: float = 0.0, training: bool = False) -> Tensor:
