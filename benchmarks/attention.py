@@ -13,7 +13,8 @@ excluded). The subprocesses run with ``MALLOC_MMAP_THRESHOLD_=65536`` so that ev
 mapping, returned to the system when freed: the resident peak is then the peak of live tensors rather than
 of allocator caching (this slows both paths; times are taken in the same setting for both). Also prints
 model FLOPs utilisation: FLOPs of the plain computation (3x forward for ``train``) per second, divided by
-the fp32 matmul throughput measured right before and after each timed call (median over the calls).
+the fp32 and the bf16 matmul throughput measured right before and after each timed call (median over the
+calls). ``--precision bf16`` runs the attention under CPU autocast.
 
     python benchmarks/attention.py --mem-lens 128 512 1024 2048 4096
 """
@@ -63,7 +64,7 @@ def run_cell(mode: str, mlen: int, efficient: bool, args) -> dict:
         return h, mems, pos, mask
 
     def call(h, mems, pos, mask):
-        with torch.set_grad_enabled(mode == "train"):
+        with torch.set_grad_enabled(mode == "train"), torch.autocast("cpu", torch.bfloat16, enabled=args.precision == "bf16"):
             out = attn(h, pos, u, v, attn_mask=mask, mems=mems, chunk=block, mask_start=mems.size(1) + 1)
         if mode == "train":
             out.sum().backward()
@@ -73,17 +74,18 @@ def run_cell(mode: str, mlen: int, efficient: bool, args) -> dict:
     before = current_rss_bytes()
     call(*args_)
     peak = peak_rss_bytes() - before
-    ref = MatmulReference(torch.float32)
+    refs = {"fp32": MatmulReference(torch.float32), "bf16": MatmulReference(torch.bfloat16)}
     flops = attention_flops(args.batch, args.qlen, mlen, args.d_model, args.n_head, dh) * (3 if mode == "train" else 1)
-    times, mfu = [], []
+    times, mfu = [], {key: [] for key in refs}
     for _ in range(args.repeat):
-        rate = ref()
+        rates = {key: ref() for key, ref in refs.items()}
         start = time.perf_counter()
         call(*args_)
         times.append(time.perf_counter() - start)
-        mfu.append(flops / times[-1] / ((rate + ref()) / 2))
-    return {"seconds": statistics.median(times), "peak_bytes": peak, "mfu": statistics.median(mfu),
-            "ref": ref()}
+        for key, ref in refs.items():
+            mfu[key].append(flops / times[-1] / ((rates[key] + ref()) / 2))
+    return {"seconds": statistics.median(times), "peak_bytes": peak,
+            "mfu": {key: statistics.median(values) for key, values in mfu.items()}}
 
 
 def main() -> None:
@@ -95,6 +97,7 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--n-head", type=int, default=8)
     parser.add_argument("--block", type=int, default=256, help="keys per block of the memory-efficient path")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: under CPU autocast")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -103,7 +106,8 @@ def main() -> None:
         print(json.dumps(run_cell(mode, int(mlen), efficient == "1", args)))
         return
     print(f"B {args.batch}, L {args.qlen}, d_model {args.d_model}, {args.n_head} heads; {torch.get_num_threads()} threads; "
-          f"memory-efficient path: keys in blocks of {args.block}")
+          f"memory-efficient path: keys in blocks of {args.block}; {args.precision}; MFU against the fp32 / bf16 matmul "
+          f"throughput measured around each call")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     for mode in args.modes:
         print(f"\n{mode}: plain vs streamed keys" + (" (recomputed in backward)" if mode == "train" else ""))
@@ -118,8 +122,9 @@ def main() -> None:
                 cells.append(json.loads(out.stdout.strip().splitlines()[-1]))
             mib = [c["peak_bytes"] / 2 ** 20 for c in cells]
             ms = [1e3 * c["seconds"] for c in cells]
-            print(f"| {mlen} | {ms[0]:.1f} | {mib[0]:.0f} | {cells[0]['mfu']:.0%} | {ms[1]:.1f} | {mib[1]:.0f} "
-                  f"| {cells[1]['mfu']:.0%} | {mib[0] / max(mib[1], 1e-9):.1f}x |", flush=True)
+            mfu = [f"{c['mfu']['fp32']:.0%} / {c['mfu']['bf16']:.0%}" for c in cells]
+            print(f"| {mlen} | {ms[0]:.1f} | {mib[0]:.0f} | {mfu[0]} | {ms[1]:.1f} | {mib[1]:.0f} "
+                  f"| {mfu[1]} | {mib[0] / max(mib[1], 1e-9):.1f}x |", flush=True)
 
 
 if __name__ == "__main__":
