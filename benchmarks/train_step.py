@@ -7,14 +7,18 @@ its own), from the same initial weights and on the same token stream, and report
 - ms/step and tokens/s (median of the timed steps, after warm-up steps that also absorb compilation);
 - peak memory: peak resident memory minus the resident memory before the first step;
 - FLOPs per step, counted by ``torch.utils.flop_counter`` on one real step (forward + backward);
-- MFU: achieved FLOP/s divided by the fp32 (and bf16) matmul throughput measured in this run;
+- MFU: each timed step's FLOP/s divided by the fp32 (and bf16) matmul throughput measured right before
+  and after that step, median over the steps (the rate of a shared machine drifts within seconds);
 - the loss curve's difference from the first variant (fp32 eager), to show what a fast path changes.
 
 Default model: the issue's small base-like configuration (4 layers, d_model 256, 8 heads of 32, d_inner
 1024, tgt_len = mem_len = 128, batch 8, vocabulary 10k, no adaptive softmax). Tokens come from Penn
 Treebank under ``$TXL_DATA_DIR`` when it is there (its vocabulary is 10k), random tokens otherwise.
 
-    python benchmarks/train_step.py                       # fp32, bf16; eager and compiled
+Variants: ``fp32``, ``fp32-faults`` (fp32 without :func:`~transformer_xl.training.allocator.keep_cpu_memory`,
+which ``txl train`` calls), ``fp32+compile``, ``bf16`` (CPU autocast), ``bf16+compile``.
+
+    python benchmarks/train_step.py                       # all variants
     python benchmarks/train_step.py --variants fp32 fp32+compile --steps 30
 """
 

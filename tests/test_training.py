@@ -204,6 +204,6 @@ def test_bf16_autocast_training_step_with_adaptive_softmax(div_val):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(tokens[:, :16], tokens[:, 1:17])
     assert out.loss.dtype == torch.float32
-    assert abs(float(out.loss) - float(fp32)) < 0.05 * float(fp32)
+    assert abs(out.loss.item() - fp32.item()) < 0.05 * fp32.item()
     out.loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
