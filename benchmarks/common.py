@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: matmul throughput of this machine, and peak memory of a call."""
+"""Shared pieces of the benchmarks: the matmul throughput of this machine right now, and resident memory."""
 
 from __future__ import annotations
 
@@ -6,22 +6,6 @@ import resource
 import time
 
 import torch
-
-
-def matmul_flops_per_s(dtype=torch.float32, n: int = 1024, repeat: int = 10, trials: int = 5) -> float:
-    """Measured throughput of a square matmul on this machine, now (FLOP/s): the median of ``trials``
-    timings of ``repeat`` products, so that one disturbed trial does not move the reference."""
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
-    for _ in range(2):
-        a @ b
-    rates = []
-    for _ in range(trials):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            a @ b
-        rates.append(2 * n ** 3 * repeat / (time.perf_counter() - start))
-    return sorted(rates)[len(rates) // 2]
 
 
 class MatmulReference:
@@ -56,15 +40,3 @@ def current_rss_bytes() -> int:
 
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def timed(fn, repeat: int = 3, warmup: int = 1) -> float:
-    """Best wall time of ``fn()`` over ``repeat`` runs, in seconds."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best

@@ -103,16 +103,16 @@ def run_variant(name: str, args) -> dict:
 
     # FLOPs of one step, counted on a separate model so that the measured run's state is untouched.
     flops = count_step_flops(args)
-    refs = {dtype: MatmulReference(dtype) for dtype in (torch.float32, torch.bfloat16)}
+    refs = {"fp32": MatmulReference(torch.float32), "bf16": MatmulReference(torch.bfloat16)}
     before = current_rss_bytes()
-    mems, losses, times, ref_rates = None, [], [], {"fp32": [], "bf16": []}
+    mems, losses, times, ref_rates = None, [], [], {key: [] for key in refs}
     for i in range(n_steps):
-        rate_before = {key: ref() for key, ref in zip(ref_rates, refs.values())}
+        rate_before = {key: ref() for key, ref in refs.items()}
         start = time.perf_counter()
         loss, mems = step(i, mems)
         times.append(time.perf_counter() - start)
         losses.append(loss)
-        for key, ref in zip(ref_rates, refs.values()):
+        for key, ref in refs.items():
             ref_rates[key].append((rate_before[key] + ref()) / 2)  # the machine's rate around this step
     peak = peak_rss_bytes() - before
     timed_steps = range(args.warmup, n_steps)
