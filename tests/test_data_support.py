@@ -90,8 +90,8 @@ class _Handler(BaseHTTPRequestHandler):
             payload = body
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
+        server.bytes_sent += len(payload)  # counted before sending: the client may finish before this thread runs on
         self.wfile.write(payload)
-        server.bytes_sent += len(payload)
 
     def log_message(self, *args):  # keep test output quiet
         pass
