@@ -95,11 +95,9 @@ def recl(group: Mapping[str, Losses], lengths: Sequence[int], r: float = 0.1, th
 
 def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = "ppl") -> None:
     """Loss (as ppl or bpc) against context length, one line per model."""
-    import matplotlib
+    from ..training.plot import _pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, curve in curves.items():
         xs = sorted(curve)
@@ -111,5 +109,7 @@ def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, "--plot")
+    finally:
+        plt.close(fig)

@@ -54,12 +54,15 @@ def macs_per_token(cfg: TransformerXLConfig, attn_len: int, vanilla: bool, seg_l
     return n * (4 * h * d + 2 * d * f + 2 * keys * h + (attn_len + seg_len) * h * d / seg_len) + d * v
 
 
-def bench_models(n_layer: int, d_model: int, n_head: int, d_inner: int, n_token: int, seed: int = 0):
+def bench_models(n_layer: int, d_model: int, n_head: int, d_inner: int, n_token: int, seed: int = 0,
+                 device=None):
+    """The vanilla (attn_type 2) and the Transformer-XL model of the benchmark (``device='meta'``: shapes only)."""
     torch.manual_seed(seed)
     common = dict(n_token=n_token, n_layer=n_layer, n_head=n_head, d_model=d_model, d_head=d_model // n_head,
                   d_inner=d_inner, dropout=0.0, dropatt=0.0)
-    vanilla = TransformerXL(TransformerXLConfig(attn_type=2, mem_len=0, **common)).eval()
-    xl = TransformerXL(TransformerXLConfig(attn_type=0, **common)).eval()
+    with torch.device(device or "cpu"):
+        vanilla = TransformerXL(TransformerXLConfig(attn_type=2, mem_len=0, **common)).eval()
+        xl = TransformerXL(TransformerXLConfig(attn_type=0, **common)).eval()
     return vanilla, xl
 
 
@@ -98,11 +101,9 @@ def format_table(rows: Sequence[SpeedRow]) -> str:
 
 
 def plot_speed(rows: Sequence[SpeedRow], path) -> None:
-    import matplotlib
+    from ..training.plot import _pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=120)
     xs = [r.attn_len for r in rows]
     ax.plot(xs, [r.speedup for r in rows], "o-", label="measured speed-up")
@@ -114,8 +115,10 @@ def plot_speed(rows: Sequence[SpeedRow], path) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, "--plot")
+    finally:
+        plt.close(fig)
 
 
 def default_tokens(n_tokens: int) -> torch.Tensor:
@@ -126,9 +129,43 @@ def default_tokens(n_tokens: int) -> torch.Tensor:
     return torch.as_tensor(corpus.valid[:n_tokens].astype("int64"))
 
 
+def required_tokens(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int) -> int:
+    """Tokens of text :func:`run_eval_speed` reads."""
+    return max(4 * max(attn_lens), max(attn_lens) + vanilla_tokens, xl_tokens) + 2
+
+
+def check_eval_speed_args(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int, n_layer: int,
+                          d_model: int, n_head: int, d_inner: int, plot: Optional[str]) -> None:
+    """Everything that can be checked before timing: the model shape, the text available, the memory
+    the largest attention length needs, and the plot path. ConfigError/DataError naming the flag."""
+    from ..data import load_corpus
+    from ..errors import ConfigError
+    from ..model.footprint import available_bytes, forward_footprint, format_bytes, MARGIN
+    from ..training.plot import check_image_path
+
+    if d_model % n_head:
+        raise ConfigError(f"--n-head: {n_head} does not divide --d-model {d_model}")
+    if plot:
+        check_image_path(plot, "--plot")
+    avail = available_bytes("cpu")
+    if avail is not None:
+        a = max(attn_lens)
+        vanilla, xl = bench_models(n_layer, d_model, n_head, d_inner, n_token=256, device="meta")
+        peak = max(forward_footprint(vanilla.config, 64, a, 0).total,  # 64 windows per call
+                   forward_footprint(xl.config, 1, min(a, 128), a).total)
+        if peak > MARGIN * avail:
+            raise ConfigError(f"--attn-lens {a}: needs about {format_bytes(peak)} of memory, but "
+                              f"{format_bytes(avail)} is available")
+    n_text = load_corpus("default").valid.size
+    need = required_tokens(attn_lens, vanilla_tokens, xl_tokens)
+    if need > n_text:
+        raise ConfigError(f"--attn-lens/--vanilla-tokens/--xl-tokens: need {need:,} tokens of text, the built-in "
+                          f"corpus' validation split has {n_text:,}")
+
+
 def run_eval_speed(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int, n_layer: int, d_model: int,
                    n_head: int, d_inner: int, plot: Optional[str]) -> List[SpeedRow]:
-    data = default_tokens(max(4 * max(attn_lens), max(attn_lens) + vanilla_tokens, xl_tokens) + 2).numpy()
+    data = default_tokens(required_tokens(attn_lens, vanilla_tokens, xl_tokens)).numpy()
     vanilla, xl = bench_models(n_layer, d_model, n_head, d_inner, n_token=256)
     rows = measure(vanilla, xl, data, attn_lens, vanilla_tokens, xl_tokens)
     if plot:

@@ -7,14 +7,17 @@ A checkpoint is a directory ``RUN_DIR/checkpoints/step_00000400/`` holding
 * ``optimizer.safetensors`` + ``optimizer.json``: optimiser tensors, and its non-tensor state;
 * ``state.safetensors``: RNG states (every rank's, in a distributed run) and the memories, one row per
   global batch row (``mems.{layer}``: ``[B, M, d_model]``), whatever the world size and ``batch_chunk``;
-* ``trainer_state.json``: step, epoch, data position, best validation loss, grad-scaler state.
+* ``trainer_state.json``: step, epoch, data position, best validation loss and its step, grad-scaler state;
+* ``COMPLETE``: the completeness marker, written last. Only a directory holding it counts as a checkpoint.
 
 In a distributed run rank 0 writes the checkpoint alone, from full (unsharded) tensors gathered from the
 other ranks; any world size that divides the global batch can resume it.
 
-The directory is written under a temporary name and renamed into place, and ``trainer_state.json``
-is written last, so a crash (even SIGKILL) at any moment leaves either the previous checkpoints
-alone or a complete new one; a half-written directory is never picked up.
+The directory is written under a temporary name (``.tmp_step_N_PID``), the marker last, and renamed into
+place; pruning removes the marker first. So a crash (even SIGKILL) at any moment leaves the previous
+checkpoints and at most one complete new one; a half-written or half-pruned directory never counts.
+``RUN_DIR/best/`` is a copy of the model files of the checkpoint with the lowest validation loss, with
+``best.json`` naming its step; :func:`repair_best` makes it agree with the trainer state on resume.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -34,6 +38,10 @@ from ..model.io import CONFIG_NAME, WEIGHTS_NAME, atomic_write, load_safetensors
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 TRAINER_STATE = "trainer_state.json"
+COMPLETE = "COMPLETE"  # the completeness marker: written last, removed first
+BEST_INFO = "best.json"  # in best/: {"step": N, "valid_loss": x}
+TRAINING_ONLY = ("optimizer.safetensors", "optimizer.json", "state.safetensors", TRAINER_STATE, COMPLETE)
+TEMPORARY = re.compile(r"^(\.tmp|\.old_|\.prune_).*|^\..*\.tmp$")  # our temporary files and folders
 
 
 # ---------------------------------------------------------------------------- optimiser state
@@ -144,6 +152,28 @@ def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:08d}"
     tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
+    try:
+        _write_checkpoint_dir(tmp, write_model, optimizer_state, trainer_state, state_tensors, write_extra)
+        _kill_point("checkpoint_written")
+        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
+            old = root / f".old_step_{step:08d}_{os.getpid()}"
+            _unmark(final)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _kill_point("checkpoint_renamed")
+    prune_checkpoints(run_dir, keep)
+    return final
+
+
+def _write_checkpoint_dir(tmp: Path, write_model, optimizer_state: dict, trainer_state: dict,
+                          state_tensors: Dict[str, torch.Tensor], write_extra) -> None:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -151,21 +181,40 @@ def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict
     write_extra(tmp)
     opt_tensors, opt_meta = optimizer_to_safe(optimizer_state)
     save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    _kill_point("checkpoint_files")
     write_json(tmp / "optimizer.json", opt_meta)
     save_file(state_tensors, str(tmp / "state.safetensors"))
-    write_json(tmp / TRAINER_STATE, trainer_state)  # last: marks the directory complete
+    write_json(tmp / TRAINER_STATE, trainer_state)
     _fsync_dir(tmp)
-    if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-        old = root / f".old_step_{step:08d}_{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
-    _fsync_dir(root)
-    for stale in list_checkpoints(run_dir)[:-keep]:
+    write_json(tmp / COMPLETE, {"step": trainer_state["step"]})  # last: marks the directory complete
+    _fsync_dir(tmp)
+
+
+def _unmark(directory: Path) -> None:
+    """Remove a checkpoint's marker (first, before anything else of it goes), durably."""
+    try:
+        os.unlink(directory / COMPLETE)
+    except FileNotFoundError:
+        return
+    _fsync_dir(directory)
+
+
+def prune_checkpoints(run_dir, keep: int) -> None:
+    """Keep the newest ``keep`` complete checkpoints; remove older ones and incomplete leftovers older than them.
+
+    Each is unmarked first, so a kill in the middle of ``rmtree`` leaves a directory that no longer counts.
+    """
+    complete = list_checkpoints(run_dir)
+    if not complete:
+        return
+    oldest_kept = checkpoint_step(complete[-keep]) if len(complete) >= keep else checkpoint_step(complete[0])
+    for stale in complete[:-keep]:
+        _unmark(stale)
+        _kill_point("prune_unmarked")
         shutil.rmtree(stale, ignore_errors=True)
-    return final
+    for leftover in incomplete_checkpoints(run_dir):
+        if checkpoint_step(leftover) < oldest_kept:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def list_checkpoints(run_dir) -> List[Path]:
@@ -173,8 +222,50 @@ def list_checkpoints(run_dir) -> List[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / TRAINER_STATE).is_file()]
-    return sorted(found, key=lambda p: int(STEP_DIR.match(p.name).group(1)))
+    found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / COMPLETE).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def incomplete_checkpoints(run_dir) -> List[Path]:
+    """``step_N`` directories without the marker (half-pruned, or written by a version without markers)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if STEP_DIR.match(p.name) and p.is_dir() and not (p / COMPLETE).exists()),
+                  key=checkpoint_step)
+
+
+def remove_half_pruned(run_dir) -> List[Path]:
+    """Delete unmarked ``step_N`` directories older than the newest complete checkpoint (a pruning cut short);
+    the removed paths. Only call this while holding the run's lock."""
+    complete = list_checkpoints(run_dir)
+    if not complete:
+        return []
+    newest = checkpoint_step(complete[-1])
+    removed = [p for p in incomplete_checkpoints(run_dir) if checkpoint_step(p) < newest]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def remove_temporaries(run_dir) -> List[Path]:
+    """Delete what killed runs leave behind (``.tmp_step_*``, ``.old_best_*``, ``.*.tmp`` ...); the removed paths.
+
+    Only call this while holding the run's lock: nobody else may be writing there.
+    """
+    removed = []
+    for folder in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if not TEMPORARY.match(path.name):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def latest_checkpoint(run_dir) -> Optional[Path]:
@@ -204,28 +295,109 @@ def check_global_batch(directory: Path, trainer_state: dict, batch_size: int) ->
                           f"resume with --batch-size {saved} (any number of processes that divides it works)")
 
 
-def copy_as_best(source: Path, run_dir: Path, names) -> Path:
-    """Replace ``RUN_DIR/best`` by a copy of the given files of a checkpoint, atomically."""
+def copy_as_best(source: Path, run_dir: Path, names=None, info: Optional[dict] = None) -> Path:
+    """Replace ``RUN_DIR/best`` by a copy of a checkpoint's model files (``names``: default all but the training
+    state) and ``best.json`` (``info``), atomically: a temporary folder renamed into place."""
     best = Path(run_dir) / "best"
     tmp = Path(run_dir) / f".tmp_best_{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for name in names:
-        if (source / name).exists():
-            shutil.copy2(source / name, tmp / name)
-    if best.exists():
-        old = Path(run_dir) / f".old_best_{os.getpid()}"
-        os.replace(best, old)
-        os.replace(tmp, best)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, best)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        names = names if names is not None else [p.name for p in Path(source).iterdir() if p.name not in TRAINING_ONLY]
+        for name in names:
+            if (source / name).exists():
+                shutil.copy2(source / name, tmp / name)
+        if info is not None:
+            write_json(tmp / BEST_INFO, info)
+        _fsync_dir(tmp)
+        _kill_point("best_copied")
+        if best.exists():
+            old = Path(run_dir) / f".old_best_{os.getpid()}"
+            os.replace(best, old)
+            _kill_point("best_swapped_out")
+            os.replace(tmp, best)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, best)
+        _fsync_dir(Path(run_dir))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return best
+
+
+def best_info(run_dir) -> Optional[dict]:
+    """``best/best.json`` of a run, or None when best/ is missing or has no readable info."""
+    path = Path(run_dir) / "best" / BEST_INFO
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except CheckpointError:
+        return None
+
+
+def repair_best(run_dir, best_step: Optional[int], best_valid: Optional[float]) -> Optional[str]:
+    """Make ``best/`` the checkpoint of ``best_step`` (the trainer state's); a message when it had to change.
+
+    With no best step (no validation yet), a leftover ``best/`` is removed. When the checkpoint of
+    ``best_step`` no longer exists (pruned) and best/ does not hold it, best/ is left alone and the message says so.
+    """
+    run_dir = Path(run_dir)
+    best = run_dir / "best"
+    info = best_info(run_dir)
+    if best_step is None:
+        if best.exists():
+            shutil.rmtree(best)
+            return "removed best/: no validation is recorded at the resumed step"
+        return None
+    if info is not None and info.get("step") == best_step and is_model_dir(best):
+        return None
+    source = run_dir / "checkpoints" / f"step_{best_step:08d}"
+    if not (source / COMPLETE).is_file():
+        return (f"best/ should hold step {best_step} (valid loss {best_valid:.4f}), whose checkpoint is gone; "
+                f"best/ left as it is")
+    copy_as_best(source, run_dir, info={"step": best_step, "valid_loss": best_valid})
+    held = "nothing" if info is None else f"step {info.get('step')}"
+    return f"repaired best/: it held {held}, the best validation loss {best_valid:.4f} is step {best_step}'s"
+
+
+def resolve_model_dir(path, label: str = "") -> Path:
+    """A model directory: the path itself, a run's ``best/``, or its last complete checkpoint. ``label``
+    (e.g. ``"--init-from: "``) starts the one-line error."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{label}{path}: no such run or checkpoint directory")
+    if is_model_dir(path):
+        return path
+    if is_model_dir(path / "best"):
+        return path / "best"
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise CheckpointError(f"{label}{path}: neither a checkpoint (config.json + model.safetensors) nor a run "
+                              f"with checkpoints")
+    return latest
 
 
 def is_model_dir(path: Path) -> bool:
     return (Path(path) / CONFIG_NAME).is_file() and (Path(path) / WEIGHTS_NAME).is_file()
+
+
+def _kill_point(name: str) -> None:
+    """Test hook: ``TXL_KILL_AT=name[:n]`` SIGKILLs this process the n-th time (default 1st) it passes ``name``."""
+    wanted = os.environ.get("TXL_KILL_AT")
+    if not wanted:
+        return
+    point, _, nth = wanted.partition(":")
+    if point != name:
+        return
+    _KILL_COUNTS[name] = _KILL_COUNTS.get(name, 0) + 1
+    if _KILL_COUNTS[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_KILL_COUNTS: Dict[str, int] = {}
 
 
 def _fsync_dir(path: Path) -> None:

@@ -66,6 +66,7 @@ class TrainConfig:
     tensorboard: bool = True  # event files under RUN_DIR/tb when tensorboard is installed
     parallel: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (sharded weights, gradients, optimiser)
     dist_timeout: float = 600.0  # seconds a collective waits for a peer before the job fails
+    init_from: Optional[str] = None  # fine-tune: start from this checkpoint's weights and vocabulary (finetune.py)
 
 
 @dataclass
@@ -180,13 +181,27 @@ def resolve_config_path(name_or_path: Optional[str]) -> Path:
     return builtin_config_path(name_or_path)
 
 
-def load_run_config(name_or_path: Optional[str] = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Read a YAML config (a path, or the name of a built-in one) and apply ``--key value`` overrides."""
+def load_run_config(name_or_path: Optional[str] = None, overrides: Sequence[str] = (),
+                    init_from: Optional[str] = None) -> RunConfig:
+    """Read a YAML config (a path, or the name of a built-in one) and apply ``--key value`` overrides.
+
+    Fine-tuning (``init_from``, or ``--init-from`` among the overrides) takes the model from the checkpoint:
+    without a config file named, the default config's model section is dropped, so that only the model fields
+    set on the command line are compared with the checkpoint's (see :mod:`.finetune`).
+    """
     values = _read_yaml(resolve_config_path(name_or_path))
     unknown = sorted(set(values) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"unknown config section(s): {', '.join(unknown)} (expected {', '.join(SECTIONS)})")
-    for section, key, value in parse_overrides(overrides):
+    parsed = parse_overrides(overrides)
+    if init_from is not None:
+        parsed.append(("train", "init_from", str(init_from)))
+    fine_tune = any(section == "train" and key == "init_from" and value is not None for section, key, value in parsed)
+    if fine_tune and name_or_path is None:
+        values["model"] = {}
+    for section, key, value in parsed:
+        if (section, key) == ("train", "init_from") and value is not None:
+            value = str(value)
         values.setdefault(section, {})[key] = value
     return run_config_from_dict(values)
 

@@ -267,12 +267,6 @@ def all_reduce_sum(ctx: DistContext, values: Sequence[float]) -> List[float]:
     return buf.tolist()
 
 
-def agree_on_step(ctx: DistContext, loss: float, stop: bool) -> Tuple[float, bool]:
-    """The mean training loss over ranks, and whether any rank wants to stop (e.g. out of time)."""
-    total, stops = all_reduce_sum(ctx, [loss, float(stop)])
-    return total / ctx.world_size, stops > 0
-
-
 def check_agree(ctx: DistContext, value: int, what: str, hint: str) -> None:
     """Refuse to go on when the ranks hold different values of ``what`` (e.g. the step they resume from)."""
     if not ctx.active:

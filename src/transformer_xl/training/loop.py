@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -24,15 +25,19 @@ from typing import List, Optional
 import torch
 import yaml
 
-from ..errors import CheckpointError, ConfigError, DataError
-from ..model import TransformerXL
+from ..errors import CheckpointError, ConfigError, DataError, TXLError
+from ..model import TransformerXL, TransformerXLConfig
+from ..model.io import WEIGHTS_NAME, load_into, load_safetensors
+from ..model.footprint import plan_attention
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
-from . import distributed
+from . import distributed, finetune, preflight
+from .lock import LOCK_NAME, RunLock
 from .allocator import keep_cpu_memory
 from .config import RunConfig
 from .metrics import MetricsLogger, NullMetrics, metric_name, metric_value
 from .schedule import build_optimizer, lr_at, set_lr
+from .signals import stop_requests
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +52,37 @@ class TrainResult:
     last_valid_loss: Optional[float]
     metric: str
     train_losses: List[float] = field(default_factory=list)  # one per optimiser step of this process (mean over ranks)
-    stopped_by: str = "max_steps"  # max_steps | max_time
+    stopped_by: str = "max_steps"  # max_steps | max_time | SIGINT | SIGTERM (a checkpoint was written first)
     rank: int = 0  # of this process in a distributed run
+    checkpoint: Optional[Path] = None  # the last checkpoint this process wrote (rank 0)
 
 
 def resolve_device(name: str) -> torch.device:
+    """``'auto'`` (CUDA when available, else CPU), ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or ``'mps'``.
+
+    An unknown name, or a device this machine does not have, is a one-line ConfigError.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device: {name} requested but CUDA is not available")
-    return device
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"device: unknown device {name!r}; expected auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device: {name} requested but CUDA is not available")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device: {name} requested but this machine has {torch.cuda.device_count()} "
+                              f"CUDA device(s)")
+        return device
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError(f"device: {name} requested but MPS is not available")
+        return device
+    raise ConfigError(f"device: {name!r} is not supported; expected auto, cpu, cuda, cuda:N or mps")
 
 
 def autocast_dtype(precision: str, device: torch.device):
@@ -78,11 +103,21 @@ def _cpu_has_bf16() -> bool:
         return False
 
 
-def load_data(cfg: RunConfig):
-    """The corpus named by the data section (see :mod:`transformer_xl.data`)."""
+def load_data(cfg: RunConfig, vocab_dir=None):
+    """The corpus named by the data section (see :mod:`transformer_xl.data`).
+
+    A fine-tuning run (``train.init_from``) encodes it with the vocabulary of ``vocab_dir`` (default: the
+    ``--init-from`` checkpoint's; a resumed run passes its own checkpoint), see :mod:`.finetune`.
+    """
     from ..data import load_corpus, load_text_corpus
 
     d = cfg.data
+    if cfg.train.init_from:
+        from ..data import load_vocab
+
+        source = finetune.resolve_init_dir(cfg.train.init_from) if vocab_dir is None else Path(vocab_dir)
+        vocab = finetune.load_init_source(source).vocab if vocab_dir is None else load_vocab(source)
+        return finetune.load_finetune_corpus(d, vocab, source)
     if d.dataset == "text":
         if not d.train_file:
             raise DataError("dataset 'text' needs --train-file PATH (and optionally --valid-file, --test-file)")
@@ -92,7 +127,13 @@ def load_data(cfg: RunConfig):
 
 
 class Trainer:
-    """Holds the model, optimiser, data and memories of one run (of this rank's rows, under torchrun)."""
+    """Holds the model, optimiser, data and memories of one run (of this rank's rows, under torchrun).
+
+    Construction checks everything that can be checked before the first step (run directory, lock, resume
+    consistency, splits, free space) and only then *accepts* the run: writes run.yaml, trims metrics.jsonl to
+    the resumed step and repairs best/. A refused run leaves the disk as it was. Call :meth:`close` (``train``
+    does) to release the run directory's lock.
+    """
 
     def __init__(self, cfg: RunConfig, resume: bool = False, corpus=None):
         self.cfg = cfg
@@ -105,47 +146,145 @@ class Trainer:
             torch.set_num_threads(t.num_threads)
         if t.keep_cpu_memory and self.device.type == "cpu":
             keep_cpu_memory()
+        self.lock: Optional[RunLock] = None
+        self.metrics = NullMetrics()
+        created = self._open_run_dir()
+        try:
+            self._prepare(resume, corpus)
+        except BaseException:
+            self.close()
+            if created is not None and self.dist.is_main:
+                preflight.remove_new_run_dir(self.run_dir, LOCK_NAME, created)
+            raise
+
+    def _prepare(self, resume: bool, corpus) -> None:
+        cfg, t = self.cfg, self.cfg.train
         latest = self._check_run_dir(resume)
         distributed.check_agree(self.dist, ckpt.checkpoint_step(latest), "checkpoint step to resume from",
                                 "every machine must see --run-dir on one shared filesystem")
+        init = None
+        if t.init_from:  # fine-tuning: the model of the checkpoint; a run that already has checkpoints resumes them
+            init = finetune.load_init_source(t.init_from) if latest is None else None
+            base = init.config if init is not None else TransformerXLConfig.from_json_file(latest / "config.json")
+            cfg.model = finetune.finetune_model_fields(cfg.model, base, init.directory if init else latest)
         torch.manual_seed(t.seed)
-        self.corpus = corpus if corpus is not None else distributed.in_turn(self.dist, lambda: load_data(cfg))
+        if corpus is None:
+            vocab_dir = latest if (t.init_from and latest is not None) else None
+            corpus = distributed.in_turn(self.dist, lambda: load_data(cfg, vocab_dir))
+        self.corpus = corpus
         self.metric = metric_name(self.corpus.level)
         self.model = TransformerXL(cfg.model_config(n_token=len(self.corpus.vocab))).to(self.device)
+        preflight.check_splits(self.corpus, cfg, self.model.config, self.dist.world_size,
+                               preflight.split_sources(cfg.data))
         distributed.seed_dropout(self.dist, t.seed)
         if latest is not None:
             self._restore_model(latest)
+        elif init is not None:
+            self._init_model(init)
+        self._plan_memory()
         self.model.attn_chunk, self.model.fused_attention = t.attn_chunk, t.fused_attention
         self.engine = distributed.wrap(self.model, self.dist)
         if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
             self.model.compile()  # what the training step calls
         self.optimizer = build_optimizer(self.model, t)
         self.scaler = distributed.grad_scaler(self.dist, t.precision == "fp16")
-        self.step, self.best_valid, self.last_valid = 0, None, None
+        self.step, self.best_valid, self.best_step, self.last_valid = 0, None, None, None
         self.chunk_mems: List = [None] * t.batch_chunk
         self.iterator = self._new_iterator()
         self.elapsed_before = 0.0
+        self._legacy_best = False
         if latest is not None:
             self._restore_state(latest)
         elif resume:
             log.info("no checkpoint in %s yet: starting from scratch", self.run_dir)
-        self.metrics = (MetricsLogger(self.run_dir, t.tensorboard, truncate_after_step=self.step if latest else None)
-                        if self.dist.is_main else NullMetrics())
+        if self.dist.is_main:
+            mem_floats = (self.model.config.n_layer + 1) * t.batch_size * self.model.config.mem_len * self.model.config.d_model
+            preflight.check_free_space(self.run_dir, preflight.checkpoint_bytes(self.model.num_parameters(), 2, mem_floats))
+        self._accept()
 
     # ------------------------------------------------------------------ setup
+    def _open_run_dir(self) -> Optional[Path]:
+        """Rank 0 creates the run directory, locks it and removes what killed runs left; returns the outermost
+        directory it created (None if none)."""
+        created, error = None, None
+        if self.dist.is_main:
+            try:
+                created = preflight.make_run_dir(self.run_dir)
+                with preflight.disk_writes(f"the lock file in {self.run_dir}"):
+                    self.lock = RunLock(self.run_dir).acquire()
+            except TXLError as exc:
+                error = exc
+                if created is not None:
+                    preflight.remove_new_run_dir(self.run_dir, LOCK_NAME, created)
+        if distributed.all_reduce_sum(self.dist, [float(error is not None)])[0] > 0:
+            if error is not None:
+                raise error
+            raise ConfigError(f"run_dir: rank 0 could not open {self.run_dir} (see its error)")
+        if self.dist.is_main:
+            for path in ckpt.remove_temporaries(self.run_dir) + ckpt.remove_half_pruned(self.run_dir):
+                log.info("removed %s, left by an interrupted run", path)
+        return created
+
+    def _plan_memory(self) -> None:
+        """Refuse lengths whose training step cannot fit in memory (one line with the estimate), or switch to
+        the streamed attention when only it fits (one warning)."""
+        t, c = self.cfg.train, self.model.config
+        rows = max(1, t.batch_size // (self.dist.world_size * max(1, t.batch_chunk)))  # per process and chunk
+        chunk, note = plan_attention(c, rows, c.tgt_len, c.mem_len, self.device, training=True,
+                                     attn_chunk=t.attn_chunk, precision=t.precision)
+        if note:
+            log.warning(note)
+        t.attn_chunk = chunk
+
     def _check_run_dir(self, resume: bool) -> Optional[Path]:
         """Refuse to overwrite a run, or to resume it with another global batch; returns the checkpoint to resume."""
         if not resume and ckpt.list_checkpoints(self.run_dir):
             raise ConfigError(f"run_dir: {self.run_dir} already holds checkpoints; pass --resume to continue it, "
                               f"or choose another --run-dir")
+        ignored = ckpt.incomplete_checkpoints(self.run_dir)
+        if ignored and self.dist.is_main:
+            log.warning("ignoring %s in %s: no completeness marker (%s), so not a checkpoint",
+                        ", ".join(p.name for p in ignored), self.run_dir / "checkpoints", ckpt.COMPLETE)
         latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
         if latest is not None:  # refuse before anything is written
             ckpt.check_global_batch(latest, ckpt.read_json(latest / ckpt.TRAINER_STATE), self.cfg.train.batch_size)
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.run_dir / RUN_CONFIG_NAME, "w", encoding="utf-8") as fh:
-                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
         return latest
+
+    def _accept(self) -> None:
+        """Every check passed: write run.yaml, trim metrics.jsonl to the resumed step, make best/ tell the truth."""
+        t = self.cfg.train
+        if not self.dist.is_main:
+            return
+        with preflight.disk_writes(str(self.run_dir / RUN_CONFIG_NAME)):
+            self._write_run_config()
+        with preflight.disk_writes(str(self.run_dir / "metrics.jsonl")):
+            self.metrics = MetricsLogger(self.run_dir, t.tensorboard, truncate_after_step=self.step)
+            if not self._legacy_best:
+                message = ckpt.repair_best(self.run_dir, self.best_step, self.best_valid)
+                if message:
+                    log.warning("%s", message)
+
+    def _write_run_config(self) -> None:
+        """run.yaml, written to a temporary file and renamed: a kill never leaves half of it."""
+        path = self.run_dir / RUN_CONFIG_NAME
+        tmp = self.run_dir / f".{RUN_CONFIG_NAME}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def close(self) -> None:
+        """Close the metrics and release the run directory's lock."""
+        self.metrics.close()
+        self.metrics = NullMetrics()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def _new_iterator(self):
         from ..data import LMOrderedIterator
@@ -166,6 +305,13 @@ class Trainer:
                               f"resume with the run's own run.yaml")
         self.model.load_state_dict(saved.state_dict())
 
+    def _init_model(self, init: "finetune.InitSource") -> None:
+        """Fine-tuning: the weights of the ``--init-from`` checkpoint (read straight into the model: no RNG use)."""
+        weights = init.directory / WEIGHTS_NAME
+        load_into(self.model, load_safetensors(weights), str(weights))
+        log.info("fine-tuning from %s (%s parameters); fresh optimiser and schedule", init.directory,
+                 f"{self.model.num_parameters():,}")
+
     def _restore_state(self, directory: Path) -> None:
         t = self.cfg.train
         state, optimizer_state, tensors = ckpt.load_training_state(directory)
@@ -179,6 +325,8 @@ class Trainer:
                                   f"({' '.join(str(exc).split())})") from None
         self.step = state["step"]
         self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
+        self.best_step = state.get("best_step")
+        self._legacy_best = "best_step" not in state  # written before best_step was kept: leave best/ alone
         self.elapsed_before = state.get("elapsed", 0.0)
         self.iterator.load_state_dict(state["data"])
         if state.get("scaler"):
@@ -244,7 +392,8 @@ class Trainer:
 
     def _trainer_state(self, elapsed: float) -> dict:
         return {"step": self.step, "epoch": self.epoch, "data": self.iterator.state_dict(),
-                "best_valid": self.best_valid, "last_valid": self.last_valid, "elapsed": elapsed,
+                "best_valid": self.best_valid, "best_step": self.best_step, "last_valid": self.last_valid,
+                "elapsed": elapsed,
                 "vocab_size": len(self.corpus.vocab), "metric": self.metric,
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "world_size": self.dist.world_size, "parallel": self.dist.parallel if self.dist.active else None}
@@ -261,15 +410,20 @@ class Trainer:
         rng = distributed.gather_rng(self.dist) if self.dist.active else ckpt.rng_state()
         path = None
         if self.dist.is_main:
-            path = ckpt.save_checkpoint(self.run_dir, self.step, self._model_writer(weights), optimizer_state,
-                                        self._trainer_state(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
-                                        self._write_extra, self.cfg.train.keep_checkpoints)
-            if is_best:
-                names = [p.name for p in path.iterdir() if p.name not in
-                         ("optimizer.safetensors", "optimizer.json", "state.safetensors", ckpt.TRAINER_STATE)]
-                ckpt.copy_as_best(path, self.run_dir, names)
+            with preflight.disk_writes(f"checkpoint step {self.step} in {self.run_dir / 'checkpoints'}",
+                                       self._intact_hint):
+                path = ckpt.save_checkpoint(self.run_dir, self.step, self._model_writer(weights), optimizer_state,
+                                            self._trainer_state(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
+                                            self._write_extra, self.cfg.train.keep_checkpoints)
+                if is_best:
+                    ckpt.copy_as_best(path, self.run_dir, info={"step": self.step, "valid_loss": self.best_valid})
         self.dist.barrier()
         return path
+
+    def _intact_hint(self) -> str:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        kept = f"the checkpoints written before are intact (latest: {latest})" if latest else "no checkpoint was written"
+        return f"; {kept}; free space or fix {self.run_dir}, then rerun with --resume"
 
     def _model_writer(self, weights):
         if weights is None:
@@ -278,48 +432,58 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TrainResult:
+        """Train until ``max_steps``, ``max_time`` or a SIGINT/SIGTERM (then a checkpoint is written first)."""
         t = self.cfg.train
         save_every = t.save_interval or t.eval_interval
         start = time.perf_counter()
         losses: List[float] = []
         window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
-        stopped_by = "max_steps"
+        stopped_by, saved_at = "max_steps", None
         bar = _progress(t, self.step) if self.dist.is_main else None
         batches = self._batches()
         try:
-            while self.step < t.max_steps:
-                inp, tgt = next(batches)
-                loss = self.train_step(inp, tgt)
-                # the ranks agree on the mean loss and on stopping, so they all leave the loop together
-                out_of_time = t.max_time is not None and time.perf_counter() - start >= t.max_time
-                loss, out_of_time = distributed.agree_on_step(self.dist, loss, out_of_time)
-                if not math.isfinite(loss):
-                    raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup-steps")
-                losses.append(loss)
-                window_loss, window_steps = window_loss + loss, window_steps + 1
-                window_tokens += int((tgt != IGNORE_INDEX).sum()) * self.dist.world_size
-                elapsed = self.elapsed_before + time.perf_counter() - start
-                if self.step % t.log_interval == 0 or self.step == t.max_steps:
-                    now = time.perf_counter()
-                    self._log_train(bar, window_loss / window_steps, window_tokens / max(now - window_start, 1e-9), elapsed)
-                    window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, now
-                done = self.step == t.max_steps or out_of_time
-                is_best = False
-                if self.step % t.eval_interval == 0 or done:
-                    is_best = self._validate(bar)
-                if self.step % save_every == 0 or done:
-                    self.save(elapsed, is_best)
-                if bar is not None:
-                    bar.update(1)
-                if out_of_time:
-                    stopped_by = "max_time"
-                    break
+            with stop_requests() as stops, preflight.disk_writes(str(self.run_dir), self._intact_hint):
+                while self.step < t.max_steps:
+                    inp, tgt = next(batches)
+                    loss = self.train_step(inp, tgt)
+                    # the ranks agree on the mean loss and on stopping, so they all leave the loop together
+                    out_of_time = t.max_time is not None and time.perf_counter() - start >= t.max_time
+                    total, timeouts, interrupts = distributed.all_reduce_sum(
+                        self.dist, [loss, float(out_of_time), float(stops.requested)])
+                    loss, out_of_time, interrupted = total / self.dist.world_size, timeouts > 0, interrupts > 0
+                    if not math.isfinite(loss):
+                        raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup-steps")
+                    losses.append(loss)
+                    window_loss, window_steps = window_loss + loss, window_steps + 1
+                    window_tokens += int((tgt != IGNORE_INDEX).sum()) * self.dist.world_size
+                    elapsed = self.elapsed_before + time.perf_counter() - start
+                    if self.step % t.log_interval == 0 or self.step == t.max_steps:
+                        now = time.perf_counter()
+                        self._log_train(bar, window_loss / window_steps, window_tokens / max(now - window_start, 1e-9), elapsed)
+                        window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, now
+                    done = self.step == t.max_steps or out_of_time
+                    is_best = False
+                    if self.step % t.eval_interval == 0 or done:
+                        is_best = self._validate(bar)
+                    if self.step % save_every == 0 or done or is_best:  # best/ is always a checkpoint's copy
+                        saved_at = self.save(elapsed, is_best)
+                    if bar is not None:
+                        bar.update(1)
+                    if out_of_time:
+                        stopped_by = "max_time"
+                        break
+                    # one process also stops for a signal that came during validation or saving
+                    if (interrupted or (not self.dist.active and stops.requested)) and not done:
+                        if saved_at is None or ckpt.checkpoint_step(saved_at) != self.step:
+                            saved_at = self.save(elapsed)
+                        stopped_by = stops.name or "signal"
+                        break
         finally:
             if bar is not None:
                 bar.close()
             self.metrics.close()
         return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by,
-                           self.dist.rank)
+                           self.dist.rank, saved_at)
 
     def _log_train(self, bar, loss: float, tokens_per_s: float, elapsed: float) -> None:
         record = {"step": self.step, "split": "train", "epoch": self.epoch, "loss": loss,
@@ -338,7 +502,7 @@ class Trainer:
         self.last_valid = result.loss
         is_best = self.best_valid is None or result.loss < self.best_valid
         if is_best:
-            self.best_valid = result.loss
+            self.best_valid, self.best_step = result.loss, self.step
         self.metrics.log({"step": self.step, "split": "valid", "loss": result.loss, self.metric: result.value,
                           "tokens_per_s": result.tokens_per_s})
         message = f"step {self.step} | valid loss {result.loss:.4f} | {self.metric} {result.value:.3f}" + (" | best" if is_best else "")
@@ -366,9 +530,16 @@ def _progress(t, initial: int):
 
 
 def train(cfg: RunConfig, resume: bool = False, corpus=None) -> TrainResult:
-    """Train (or resume) a run as configured; returns a summary. Under torchrun, every rank calls this."""
+    """Train (or resume) a run as configured; returns a summary. Under torchrun, every rank calls this.
+
+    The run directory is locked for the call's duration. On SIGINT/SIGTERM the run stops after the current step
+    with a checkpoint; ``result.stopped_by`` then names the signal (``txl train`` exits 130 or 143).
+    """
     with distributed.peer_failures():
-        result = Trainer(cfg, resume=resume, corpus=corpus).run()
+        trainer = Trainer(cfg, resume=resume, corpus=corpus)
+        try:
+            result = trainer.run()
+        finally:
+            trainer.close()
     distributed.teardown()  # after an error the process exits instead: peers may be gone
     return result
-

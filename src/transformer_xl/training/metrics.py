@@ -6,7 +6,10 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Tuple
+
+from ..errors import DataError
+from ..model.io import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,13 @@ def metric_value(loss: float, metric: str) -> float:
 
 
 class MetricsLogger:
-    """Append-only JSONL log (flushed every line) plus optional TensorBoard scalars."""
+    """Append-only JSONL log (flushed every line) plus optional TensorBoard scalars.
+
+    ``truncate_after_step``: first drop the records of steps after it (a resumed run's killed tail; 0 for a run
+    starting afresh). The kept records go to a new file that replaces the old one by a rename, so a kill at any
+    moment leaves either the old file or the new one. A torn last line (a kill in the middle of a write) is
+    dropped with one warning.
+    """
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, truncate_after_step: Optional[int] = None):
         self.path = Path(run_dir) / "metrics.jsonl"
@@ -37,9 +46,18 @@ class MetricsLogger:
         """On resume, drop records written after the checkpoint (the killed run's tail)."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        records, torn = parse_metrics(self.path)
+        if torn:
+            log.warning("%s: dropped a torn last line (a write cut short by a kill)", self.path)
+        kept = [r for r in records if r.get("step", 0) <= step]
+        if len(kept) == len(records) and not torn and _ends_with_newline(self.path):
+            return
+
+        def write(tmp):
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+
+        atomic_write(self.path, write)
 
     @staticmethod
     def _open_tensorboard(folder: Path):
@@ -51,8 +69,11 @@ class MetricsLogger:
         return SummaryWriter(log_dir=str(folder))
 
     def log(self, record: dict) -> None:
-        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+            self._fh.flush()
+        except OSError as exc:  # name the file: a failed write() does not
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         if self._tb is not None:
             split = record.get("split", "train")
             for key, value in record.items():
@@ -60,7 +81,10 @@ class MetricsLogger:
                     self._tb.add_scalar(f"{split}/{key}", value, record["step"])
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError:  # the buffer was flushed after every line; a failing disk was reported then
+            pass
         if self._tb is not None:
             self._tb.close()
 
@@ -75,8 +99,46 @@ class NullMetrics:
         pass
 
 
+def parse_metrics(path: Path) -> Tuple[List[dict], bool]:
+    """The records of a metrics.jsonl and whether its last line was torn (cut short; not returned).
+
+    A line that is not a JSON object anywhere but at the end is a corrupt file: DataError naming the line.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    lines = text.split("\n")
+    records, torn = [], False
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+            continue
+        if number == len(lines):  # the last line, without its newline: a write cut short
+            torn = True
+            continue
+        raise DataError(f"{path}: line {number} is not a JSON object; the file is corrupt")
+    return records, torn
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, 2)
+        return fh.read(1) == b"\n"
+
+
 def read_metrics(run_dir) -> list:
+    """Every record of ``RUN_DIR/metrics.jsonl`` (a torn last line is left out)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return parse_metrics(path)[0]
