@@ -15,17 +15,23 @@ VARIANTS = {
     "same-length": dict(same_length=True),
     "adaptive": dict(cutoffs=[20, 40], div_val=2, d_embed=32),
     "no-memory": dict(mem_len=0),
+    # TensorFlow/HuggingFace conventions: a fresh start attends to mem_len zero states; TensorFlow's
+    # same_length window has one key more.
+    "zero-memory": dict(mem_init="zeros", pre_lnorm=True),
+    "zero-memory-tf-same-length": dict(mem_init="zeros", same_length=True, same_length_extra=1, clamp_len=5),
 }
 
 
+@pytest.mark.parametrize("decoding", ["segment", "sliding"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_cache_log_probs_equal_segment_model_at_every_token(variant):
+def test_cache_log_probs_equal_segment_model_at_every_token(variant, decoding):
     model = tiny_model(seed=3, **{"tgt_len": 4, "mem_len": 3, **VARIANTS[variant]})
     tokens = random_tokens(23, seed=3).tolist()
-    cache = DecodingCache(model, 1)
-    plain = SegmentDecoder(model, "cpu")
+    cache = DecodingCache(model, 1, decoding=decoding)
+    plain = SegmentDecoder(model, "cpu", sliding=decoding == "sliding")
     expected = plain.feed(tokens[:9])  # prompt longer than a segment
     got = model.crit.log_probs(cache.extend(torch.tensor([tokens[:9]]))[:, -1])[0]
+    cache.end_prompt()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     for tok in tokens[9:]:
         expected = plain.feed([tok])
@@ -45,14 +51,16 @@ def test_generated_tokens_identical_to_segment_model(do_sample, variant):
     assert cached == plain and len(cached[0]) == 20
 
 
-def test_batched_prompts_of_different_lengths_equal_each_row_alone():
-    model = tiny_model(seed=5, tgt_len=4, mem_len=5)
+@pytest.mark.parametrize("decoding", ["segment", "sliding"])
+@pytest.mark.parametrize("mem_init", ["empty", "zeros"])
+def test_batched_prompts_of_different_lengths_equal_each_row_alone(mem_init, decoding):
+    model = tiny_model(seed=5, tgt_len=4, mem_len=5, mem_init=mem_init)
     prompts = [random_tokens(n, seed=n).tolist() for n in (1, 7, 3, 11)]
     sampling = SamplingConfig(max_new_tokens=15, do_sample=False)
-    batched = generate(model, prompts, sampling)
-    alone = [generate(model, [p], sampling)[0] for p in prompts]
+    batched = generate(model, prompts, sampling, decoding=decoding)
+    alone = [generate(model, [p], sampling, decoding=decoding)[0] for p in prompts]
     assert batched == alone
-    assert batched == generate(model, prompts, sampling, method="segment")
+    assert batched == generate(model, prompts, sampling, method="segment", decoding=decoding)
 
 
 def test_stop_tokens_end_a_row_and_streaming_reports_each_step():

@@ -1,14 +1,14 @@
 """Convert state dicts of the original Transformer-XL PyTorch code and of HuggingFace's port.
 
-Both name parameters as this package does (``word_emb.emb_layers.N``, ``layers.N.dec_attn.qkv_net``,
-``crit.out_projs.N`` ...); HuggingFace's ``TransfoXLLMHeadModel`` puts everything but ``crit`` under
-``transformer.``. What a conversion does:
+The original code names parameters as this package does (``word_emb.emb_layers.N``,
+``layers.N.dec_attn.qkv_net``, ``crit.out_projs.N`` ...); HuggingFace's layout is mapped onto it first
+(:mod:`transformer_xl.convert.hf`). What a conversion does:
 
 * builds a :class:`TransformerXLConfig` from the constructor arguments (original names) or from a
-  HuggingFace ``config.json``;
-* strips the ``transformer.`` prefix (``hf``), drops ``pos_emb.inv_freq`` after checking it is the
-  standard sinusoid buffer, and drops tied duplicates (output weights and projections shared with
-  the input embedding) after checking they are equal to the tensor they are tied to;
+  HuggingFace ``config.json`` (HuggingFace's defaults for missing keys);
+* drops ``pos_emb.inv_freq`` after checking it is the standard sinusoid buffer, and drops tied duplicates
+  (output weights and projections shared with the input embedding, HuggingFace's per-layer copies of a
+  shared u and v) after checking they are equal to the tensor they are tied to;
 * checks that names and shapes match the config exactly, listing what is missing or extra.
 
 Files are read with ``safetensors`` or ``torch.load(weights_only=True)``: never a full unpickle.
@@ -16,9 +16,9 @@ Files are read with ``safetensors`` or ``torch.load(weights_only=True)``: never 
 
 from __future__ import annotations
 
-import pickle
+import json
+import os
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Dict, Mapping, Tuple
 
@@ -28,9 +28,9 @@ from ..errors import CheckpointError, ConfigError
 from ..model.config import TransformerXLConfig, read_json_object
 from ..model.io import describe_mismatch, load_into, load_safetensors, unique_state_dict
 from ..model.transformer import TransformerXL
+from . import hf
 
 SOURCES = ("original", "hf")
-HF_PREFIX = "transformer."
 
 # Constructor / training-script arguments of the original code, and HuggingFace config keys,
 # that map one to one onto config fields.
@@ -44,8 +44,9 @@ _DIRECT_FIELDS = (
 # ---------------------------------------------------------------------------- arguments -> config
 def config_from_args(args: Mapping, source: str) -> TransformerXLConfig:
     """Build a config from the original constructor arguments or a HuggingFace config dict."""
-    if source not in SOURCES:
-        raise ConfigError(f"source: must be one of {', '.join(SOURCES)}, got {source!r}")
+    _check_source(source)
+    if source == "hf":
+        return hf.config_from_hf(args)
     values = {k: args[k] for k in _DIRECT_FIELDS if k in args and args[k] is not None}
     if "n_token" not in values and "vocab_size" in args:
         values["n_token"] = args["vocab_size"]
@@ -84,24 +85,13 @@ def _tie_projs(args: Mapping, n_cutoffs: int):
 def convert_state_dict(state_dict: Mapping[str, torch.Tensor], config: TransformerXLConfig, source: str,
                        origin: str = "state dict") -> TransformerXL:
     """A :class:`TransformerXL` holding the weights of an original or HuggingFace state dict."""
-    if source not in SOURCES:
-        raise ConfigError(f"source: must be one of {', '.join(SOURCES)}, got {source!r}")
-    tensors = _strip_prefix(state_dict, source, origin)
+    _check_source(source)
+    tensors = hf.from_hf_state_dict(state_dict, config, origin) if source == "hf" else dict(state_dict)
     _check_inv_freq(tensors, config, origin)
     model = TransformerXL(config)
     _drop_tied(tensors, model, origin)
     load_into(model, tensors, origin)
     return model.eval()
-
-
-def _strip_prefix(state_dict: Mapping[str, torch.Tensor], source: str, origin: str) -> Dict[str, torch.Tensor]:
-    if source == "original":
-        return dict(state_dict)
-    if not any(k.startswith(HF_PREFIX) for k in state_dict):
-        raise CheckpointError(f"{origin}: no key starts with '{HF_PREFIX}'; is this a HuggingFace "
-                              f"TransfoXLLMHeadModel state dict? (try --from original)")
-    # ``crit.*`` has no prefix; anything else without it is reported by the name check.
-    return {(k[len(HF_PREFIX):] if k.startswith(HF_PREFIX) else k): v for k, v in state_dict.items()}
 
 
 def _check_inv_freq(tensors: Dict[str, torch.Tensor], config: TransformerXLConfig, origin: str) -> None:
@@ -135,19 +125,15 @@ def export_state_dict(model: TransformerXL, source: str) -> Tuple[Dict[str, torc
 
     Tied tensors appear under every name, as ``torch.nn.Module.state_dict`` writes them.
     """
-    if source not in SOURCES:
-        raise ConfigError(f"source: must be one of {', '.join(SOURCES)}, got {source!r}")
+    _check_source(source)
     cfg = model.config
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if cfg.attn_type in (0, 2):
         state["pos_emb.inv_freq"] = 1.0 / (10000 ** (torch.arange(0.0, cfg.d_model, 2.0) / cfg.d_model))
+    if source == "hf":
+        return hf.to_hf_state_dict(state, cfg), hf.config_to_hf(cfg)
     args = {k: getattr(cfg, k) for k in _DIRECT_FIELDS}
     args.update(tie_weight=cfg.tie_weight, tie_projs=list(cfg.tie_projs), sample_softmax=-1)
-    if source == "hf":
-        state = {(k if k.startswith("crit.") else HF_PREFIX + k): v for k, v in state.items()}
-        args["vocab_size"] = args.pop("n_token")
-        args["tie_word_embeddings"] = args.pop("tie_weight")
-        args["adaptive"] = True
     return state, args
 
 
@@ -163,8 +149,8 @@ def load_state_dict_file(path) -> Dict[str, torch.Tensor]:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols; we report one line
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise CheckpointError(f"{path}: not a readable state dict ({_first_line(exc)})") from None
+    except Exception as exc:  # a foreign or damaged file can make torch's restricted unpickler raise anything
+        raise CheckpointError(f"{path}: not a readable state dict ({type(exc).__name__}: {_first_line(exc)})") from None
     if not isinstance(obj, Mapping) or not obj or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         kind = type(obj).__name__ if not isinstance(obj, Mapping) else "a mapping that is not name -> tensor"
@@ -172,13 +158,60 @@ def load_state_dict_file(path) -> Dict[str, torch.Tensor]:
     return dict(obj)
 
 
-def convert_checkpoint(state_dict_path, args_path, out_dir, source: str = "original") -> TransformerXL:
-    """Convert a checkpoint file into a ``save_pretrained`` directory; returns the model."""
+def convert_checkpoint(state_dict_path, args_path, out_dir, source: str = "original", vocab=None) -> TransformerXL:
+    """Convert a checkpoint file into a ``save_pretrained`` directory; returns the model.
+
+    ``vocab`` (a tokenizer of :mod:`transformer_xl.data`, e.g. from ``read_hf_vocab`` or ``original_vocab``)
+    is checked against ``n_token`` before anything is written, and saved beside the weights as vocab.json.
+    """
+    check_out_dir(out_dir)
     config = config_from_args(read_json_object(args_path, "constructor arguments"), source)
+    if vocab is not None and len(vocab) != config.n_token:
+        raise CheckpointError(f"{args_path}: the vocabulary has {len(vocab):,} symbols but the model "
+                              f"{config.n_token:,} (n_token/vocab_size)")
     state = load_state_dict_file(state_dict_path)
     model = convert_state_dict(state, config, source, origin=str(state_dict_path))
     model.save_pretrained(out_dir)
+    if vocab is not None:
+        vocab.save(out_dir)
     return model
+
+
+def export_checkpoint(model: TransformerXL, out_dir, target: str = "hf") -> Path:
+    """Write ``model`` as the original code or HuggingFace would hold it: ``model.safetensors`` plus
+    ``config.json`` (``hf``: loads with ``TransfoXLLMHeadModel.from_pretrained``) or ``args.json``
+    (``original``: the constructor arguments). Tied tensors are written under every name."""
+    from safetensors.torch import save_file
+
+    from ..model.io import atomic_write
+
+    state, args = export_state_dict(model, target)
+    out = check_out_dir(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().clone() for k, v in state.items()}  # no shared storage
+    atomic_write(out / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    text = json.dumps(args, indent=2, sort_keys=True) + "\n"
+    atomic_write(out / ("config.json" if target == "hf" else "args.json"),
+                 lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return out
+
+
+def check_out_dir(out_dir) -> Path:
+    """The output directory, refused with one line if it cannot be one (a file, or under a file)."""
+    out = Path(out_dir)
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise CheckpointError(f"{out}: {'is' if p == out else f'{p} is'} a file, not a directory")
+            if not os.access(p, os.W_OK):
+                raise CheckpointError(f"{out}: {p} is not writable")
+            break
+    return out
+
+
+def _check_source(source: str) -> None:
+    if source not in SOURCES:
+        raise ConfigError(f"source: must be one of {', '.join(SOURCES)}, got {source!r}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -189,6 +222,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 __all__ = [
-    "config_from_args", "convert_state_dict", "export_state_dict", "load_state_dict_file", "convert_checkpoint",
+    "config_from_args", "export_checkpoint", "convert_state_dict", "export_state_dict", "load_state_dict_file", "convert_checkpoint",
     "describe_mismatch", "unique_state_dict",
 ]

@@ -8,6 +8,8 @@ Quick tour::
     corpus = load_corpus("ptb", data_dir="data/ptb")
     corpus = load_corpus("default")            # offline: the Python standard library's source, byte level
     corpus = load_text_corpus("my.txt", level="bpe")
+    vocab = read_hf_vocab("transfo-xl-wt103/vocab.pkl")   # HuggingFace's pickle, read without running it
+    vocab = original_vocab("wt103", "data/wikitext-103")  # the ids the authors' code gives its checkpoints
 
     it = corpus.get_iterator("train", batch_size=60, tgt_len=150, varlen=True, seed=1)
     for input_ids, labels, seq_len in it:      # [B, L] int64 tensors, rows continue across batches
@@ -23,12 +25,16 @@ from .cache import CACHE_ENV, cache_root
 from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_corpus, load_text_corpus,
                      split_sizes)
 from .download import RemoteFile, download_file, verify_file
+from .hf_vocab import HFVocab, read_hf_vocab
 from .iterator import LMOrderedIterator
+from .original import ORIGINAL_CORPORA, original_vocab
+from .safe_pickle import load_plain_pickle
 from .stdlib import DEFAULT_CORPUS_BYTES
 from .vocab import ByteVocab, Tokenizer, Vocab, load_vocab
 
 __all__ = [
-    "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "KNOWN_CORPORA", "LEVELS",
-    "LMOrderedIterator", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file", "load_corpus",
-    "load_default_corpus", "load_text_corpus", "load_vocab", "split_sizes", "verify_file",
+    "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "HFVocab", "KNOWN_CORPORA", "LEVELS",
+    "LMOrderedIterator", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file",
+    "load_corpus", "load_default_corpus", "load_plain_pickle", "load_text_corpus", "load_vocab", "original_vocab",
+    "read_hf_vocab", "split_sizes", "verify_file",
 ]

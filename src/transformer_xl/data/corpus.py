@@ -116,11 +116,16 @@ def _build_word(inputs: Inputs, count: Sequence[str], lower_case: bool) -> Built
     return vocab, {s: vocab.encode_file(inputs[s], dtype=dtype) for s in SPLITS}, {}
 
 
-def _build_counted(parts: Dict[str, Any], vocab: Vocab) -> Built:
-    """Count every part (train, valid, test order, as the original), build, encode."""
+def count_parts(parts: Dict[str, Any], vocab: Vocab) -> Vocab:
+    """Count every part in train, valid, test order (as the original) and build the vocabulary."""
     for split in SPLITS:
         vocab.count_text(parts[split])
-    vocab.build_vocab()
+    return vocab.build_vocab()
+
+
+def _build_counted(parts: Dict[str, Any], vocab: Vocab) -> Built:
+    """Count every part (train, valid, test order, as the original), build, encode."""
+    count_parts(parts, vocab)
     dtype = smallest_dtype(len(vocab))
     return vocab, {s: vocab.encode(parts[s], dtype=dtype) for s in SPLITS}, {}
 
@@ -130,12 +135,21 @@ def _check_hutter_size(path: Path, n: int) -> None:
         log.warning("%s has %d bytes, not the standard 100,000,000; splitting it 90/5/5 all the same", path, n)
 
 
-def build_enwik8(inputs: Inputs) -> Built:
-    """prep_enwik8.py + data_utils: bytes, newline bytes dropped, 5% valid and 5% test from the end."""
+def enwik8_parts(inputs: Inputs) -> Dict[str, bytes]:
+    """prep_enwik8.py's split of the raw file: the last 2 x 5% are valid and test."""
     data = read_bytes(check_file(inputs["raw"]))
     _check_hutter_size(inputs["raw"], len(data))
-    parts = split_sequence(data, str(inputs["raw"]))
-    return _build_counted(parts, Vocab(level="byte", split_lines=True, add_eos=False))
+    return split_sequence(data, str(inputs["raw"]))
+
+
+def enwik8_vocab() -> Vocab:
+    """The (empty) enwik8 vocabulary: decimal byte symbols, newline bytes dropped."""
+    return Vocab(level="byte", split_lines=True, add_eos=False)
+
+
+def build_enwik8(inputs: Inputs) -> Built:
+    """prep_enwik8.py + data_utils: bytes, newline bytes dropped, 5% valid and 5% test from the end."""
+    return _build_counted(enwik8_parts(inputs), enwik8_vocab())
 
 
 _NON_SPACE_WHITESPACE = re.compile(r"[^\S ]+")
@@ -146,12 +160,21 @@ def text8_part(part: str) -> str:
     return _NON_SPACE_WHITESPACE.sub("", part.strip())
 
 
-def build_text8(inputs: Inputs) -> Built:
-    """prep_text8.py + data_utils: characters, 5% valid and 5% test from the end, each part stripped."""
+def text8_parts(inputs: Inputs) -> Dict[str, str]:
+    """prep_text8.py's split of the raw file (last 2 x 5% are valid and test), each part as the original keeps it."""
     text = read_text(check_file(inputs["raw"]))
     _check_hutter_size(inputs["raw"], len(text))
-    parts = {k: text8_part(v) for k, v in split_sequence(text, str(inputs["raw"])).items()}
-    return _build_counted(parts, Vocab(level="char", split_lines=False))
+    return {k: text8_part(v) for k, v in split_sequence(text, str(inputs["raw"])).items()}
+
+
+def text8_vocab() -> Vocab:
+    """The (empty) text8 vocabulary: characters of the whole text (the original's ``_`` is a space here)."""
+    return Vocab(level="char", split_lines=False)
+
+
+def build_text8(inputs: Inputs) -> Built:
+    """prep_text8.py + data_utils: characters, 5% valid and 5% test from the end, each part stripped."""
+    return _build_counted(text8_parts(inputs), text8_vocab())
 
 
 def build_shakespeare(inputs: Inputs) -> Built:

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import DataError
 from ._io import (PathLike, atomic_write_json, check_file, iter_lines, normalize_newlines, read_bytes, read_json,
                   read_text, split_lines)
+from .safe_pickle import looks_like_pickle
 
 log = logging.getLogger(__name__)
 
@@ -156,13 +157,21 @@ class Vocab:
             data = line.encode("utf-8") if isinstance(line, str) else bytes(line)
             syms = [str(b) for b in data]
             return syms + [EOS] if self.add_eos else syms
-        line = line.strip()
-        if self.lower_case:
-            line = line.lower()
-        syms = list(line) if self.level == "char" else line.split(self.delimiter)
+        if self.level == "char":
+            line = line.strip()
+            syms = list(line.lower() if self.lower_case else line)
+        else:
+            syms = self.words(line)
         if self.add_double_eos:
             return [DOUBLE_EOS] + syms + [DOUBLE_EOS]
         return syms + [EOS] if self.add_eos else syms
+
+    def words(self, line: str) -> List[str]:
+        """Word level: the symbols of one line without end-of-line markers (stripped, lower-cased, split)."""
+        line = line.strip()
+        if self.lower_case:
+            line = line.lower()
+        return line.split(self.delimiter)
 
     def _char_stream(self, text: str) -> str:
         """Char level: the processed text, where (in eos mode) each ``\\n`` stands for ``<eos>``."""
@@ -250,6 +259,10 @@ class Vocab:
 
     def _build_from_file(self, path: Path) -> None:
         check_file(path, "vocabulary file")
+        if looks_like_pickle(path):
+            raise DataError(f"vocabulary file {path} is a pickle (a HuggingFace vocab.pkl/vocab.bin?), not a text "
+                            f"file of symbols; read it with transformer_xl.data.read_hf_vocab, or convert it with "
+                            f"`txl convert --from hf --vocab {path}`")
         for lineno, line in enumerate(iter_lines(path), 1):
             fields = line.split()
             if not fields:
@@ -487,7 +500,14 @@ class ByteVocab:
         return "ByteVocab(size=256)"
 
 
+def _pickle_hint(path: Path) -> DataError:
+    return DataError(f"{path} is a pickle (HuggingFace's vocabulary format), which is never loaded directly; "
+                     f"convert it with `txl convert --from hf --vocab {path}` (or transformer_xl.data.read_hf_vocab)")
+
+
 def _load_json_tokenizer(path: Path) -> Tokenizer:
+    if looks_like_pickle(path):
+        raise _pickle_hint(path)
     obj = read_json(path, "vocabulary file")
     if isinstance(obj, dict) and obj.get("format") == VOCAB_FORMAT:
         if obj.get("version", 0) > VOCAB_VERSION:
@@ -496,6 +516,10 @@ def _load_json_tokenizer(path: Path) -> Tokenizer:
             return ByteVocab()
         if obj.get("kind") == Vocab.kind:
             return Vocab.from_dict(obj)
+        if obj.get("kind") == "hf":
+            from .hf_vocab import HFVocab
+
+            return HFVocab.from_dict(obj)
         raise DataError(f"{path}: unknown vocabulary kind {obj.get('kind')!r}")
     if isinstance(obj, dict) and "model" in obj:
         from .bpe import BPETokenizer
@@ -505,15 +529,19 @@ def _load_json_tokenizer(path: Path) -> Tokenizer:
 
 
 def load_vocab(dir_or_file: PathLike) -> Tokenizer:
-    """Restore a saved tokenizer: ``vocab.json`` (Vocab or ByteVocab) or ``tokenizer.json`` (BPE).
+    """Restore a saved tokenizer: ``vocab.json`` (Vocab, HFVocab or ByteVocab) or ``tokenizer.json`` (BPE).
 
-    A directory is searched for ``vocab.json`` then ``tokenizer.json``.
+    A directory is searched for ``vocab.json`` then ``tokenizer.json``. A pickle (HuggingFace's ``vocab.pkl``)
+    is refused with a line saying how to convert it.
     """
     p = Path(dir_or_file).expanduser()
     if p.is_dir():
         for name in (VOCAB_FILENAME, "tokenizer.json"):
             if (p / name).is_file():
                 return _load_json_tokenizer(p / name)
+        for name in ("vocab.pkl", "vocab.bin"):
+            if (p / name).is_file() and looks_like_pickle(p / name):
+                raise _pickle_hint(p / name)
         raise DataError(f"no vocab.json or tokenizer.json in {p}")
     if not p.is_file():
         raise DataError(f"vocabulary not found: {p}")

@@ -5,15 +5,22 @@ whole memory through W_k and W_v again: a decoding step costs O((M + t) * d^2). 
 each layer's *projected* keys and values instead, plus the position keys ``W_r R`` for every
 distance, so a step costs O(d^2) for the new token's projections and O((M + t) * d) for attention.
 
-Which keys a token may see follows the plain segment-by-segment model exactly: tokens are grouped
-in segments of ``tgt_len``; token ``i`` of a row sees the tokens of its own segment up to itself
-plus the ``mem_len`` tokens before the segment (its memory), and with ``same_length`` only keys at
-distance < ``mem_len``. Each row keeps its own segment phase, so rows of a left-padded batch give
-exactly what they would give alone. Keys no future query can see are dropped.
+Which keys a token may see follows the plain segment-by-segment model exactly: token ``i`` of a row
+sees the tokens of its own segment up to itself plus the ``mem_len`` tokens before the segment (its
+memory), and with ``same_length`` only keys at distance < ``mem_len`` (+1 for TensorFlow models). Segments are either
+
+* ``segment`` decoding: consecutive runs of ``tgt_len`` tokens, as in training and evaluation; or
+* ``sliding`` decoding: the prompt is one segment, and every token after it (see :meth:`end_prompt`)
+  is a segment of its own, so it sees exactly the ``mem_len`` tokens before it.
+
+With ``config.mem_init == "zeros"`` a fresh row's memory is ``mem_len`` zero states (token indices
+``-mem_len .. -1``), whose projected keys and values are cached like any other. Each row keeps its own
+segment phase, so rows of a left-padded batch give exactly what they would give alone. Keys no future
+query can see are dropped.
 
 Layout: keys/values ``[B, H, T, D]``, views of preallocated buffers (:class:`KVBuffer`), so a step
 appends in place instead of re-concatenating the whole cache; ``index [B, T]`` holds each cached key's
-token index within its row (-1 for padding).
+token index within its row (``PAD`` for padding).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import torch
 from torch import Tensor
 
 from ..model.attention import rel_attn_score, sinusoid_table
+
+PAD = -(1 << 62)  # the token index of padding: below any real index, zero-memory ones included
 
 
 class KVBuffer:
@@ -67,13 +76,16 @@ class DecodingCache:
     log-probabilities.
     """
 
-    def __init__(self, model, batch_size: int, max_distance: Optional[int] = None):
+    def __init__(self, model, batch_size: int, max_distance: Optional[int] = None, decoding: Optional[str] = None):
         cfg = model.config
         if cfg.attn_type != 0:
             raise ValueError("DecodingCache supports attn_type 0 (use generate(..., method='segment') otherwise)")
         self.model = model
         self.batch_size = batch_size
         self.tgt_len, self.mem_len = model.tgt_len, model.mem_len
+        decoding = decoding or cfg.decoding
+        if decoding not in ("segment", "sliding"):
+            raise ValueError(f"decoding: must be 'segment' or 'sliding', got {decoding!r}")
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         n_head, d_head = cfg.n_head, cfg.d_head
@@ -82,9 +94,13 @@ class DecodingCache:
         self.values: List[KVBuffer] = [KVBuffer(like) for _ in model.layers]
         self.index = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)  # [B, T]
         self.count = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # real tokens per row
+        # sliding: token indices >= prompt_end are segments of their own (PAD until end_prompt)
+        self.prompt_end = torch.full_like(self.count, PAD) if decoding == "sliding" else None
         self._r_k: List[Optional[Tensor]] = [None] * len(model.layers)
         self._r_len = 0
         self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
+        if cfg.mem_init == "zeros" and self.mem_len > 0:
+            self._add_zero_memory()
 
     # ------------------------------------------------------------------ position keys
     @torch.no_grad()
@@ -100,25 +116,50 @@ class DecodingCache:
             self._r_k[i] = attn.r_net(r).view(n_dist, attn.n_head, attn.d_head).transpose(0, 1).contiguous()
         self._r_len = n_dist
 
+    @torch.no_grad()
+    def _add_zero_memory(self) -> None:
+        """Cache the keys and values of ``mem_len`` zero states per layer (token indices -mem_len .. -1)."""
+        zeros = next(self.model.parameters()).new_zeros(self.batch_size, self.mem_len, self.model.config.d_model)
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.dec_attn
+            x = attn.layer_norm(zeros) if attn.pre_lnorm else zeros
+            _, k, v = (attn._heads(t) for t in attn.qkv_net(x).split(attn.n_head * attn.d_head, dim=-1))
+            self.keys[i].append(k)
+            self.values[i].append(v)
+        index = torch.arange(-self.mem_len, 0, device=self.device)
+        self.index = index.expand(self.batch_size, -1).clone()  # [B, mem_len]
+
+    def end_prompt(self) -> None:
+        """Sliding decoding: every token fed from now on is a segment of its own."""
+        if self.prompt_end is not None:
+            self.prompt_end = self.count.clone()
+
     # ------------------------------------------------------------------ visibility
+    def _segment_start(self, q: Tensor) -> Tensor:
+        """Token index of the first token of each query's segment: ``[B, n] -> [B, n]``."""
+        if self.prompt_end is None:
+            return torch.div(q, self.tgt_len, rounding_mode="floor") * self.tgt_len
+        end = self.prompt_end[:, None]  # [B, 1]
+        return torch.where((end == PAD) | (q < end), torch.zeros_like(q), q)
+
     def _visible(self, q_index: Tensor, k_index: Tensor) -> Tensor:
         """``[B, n, T]`` bool: may query (token index ``q_index [B, n]``) see key ``k_index [B, T]``?"""
+        seg_start = self._segment_start(q_index)[:, :, None]
         q = q_index[:, :, None]
         k = k_index[:, None, :]
-        seg_start = torch.div(q, self.tgt_len, rounding_mode="floor") * self.tgt_len
-        visible = (k >= 0) & (k <= q) & (k >= seg_start - self.mem_len)
+        visible = (k != PAD) & (k <= q) & (k >= seg_start - self.mem_len)
         if self.model.same_length:
-            visible &= (q - k) < self.mem_len
+            visible &= (q - k) < self.model.same_length_window
         n, klen = q_index.size(1), k_index.size(1)
         own = torch.arange(klen, device=q.device)[None, :] == torch.arange(klen - n, klen, device=q.device)[:, None]
         return visible | own[None]  # a padding query sees itself only (finite output, ignored)
 
     def _trim(self) -> None:
         """Drop leading keys that no future query of any row can see."""
-        next_start = torch.div(self.count, self.tgt_len, rounding_mode="floor") * self.tgt_len - self.mem_len  # [B]
-        needed = (self.index >= 0) & (self.index >= next_start[:, None])  # [B, T]
+        next_start = self._segment_start(self.count[:, None])[:, 0] - self.mem_len  # [B]
+        needed = (self.index != PAD) & (self.index >= next_start[:, None])  # [B, T]
         if self.model.same_length:
-            needed &= self.index > (self.count[:, None] - self.mem_len)
+            needed &= self.index > (self.count[:, None] - self.model.same_length_window)
         keep_from = int(needed.any(0).nonzero()[0]) if needed.any() else self.index.size(1)
         if keep_from > 0:
             self.index = self.index[:, keep_from:]
@@ -133,7 +174,7 @@ class DecodingCache:
         bsz, n = input_ids.shape
         pad = padding_mask if padding_mask is not None else torch.zeros_like(input_ids, dtype=torch.bool)
         real = (~pad).long()
-        q_index = torch.where(pad, torch.full_like(input_ids, -1), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
+        q_index = torch.where(pad, torch.full_like(input_ids, PAD), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
         k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
         klen = k_index.size(1)
         self._ensure_positions(klen + 1)

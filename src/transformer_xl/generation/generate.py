@@ -7,6 +7,11 @@ Two methods give the same tokens:
   per row, with each row's own segment phase, so a row's output equals that row generated alone.
 * ``segment``: the plain model, segment by segment: memory holds layer states, and each new
   token re-runs the current partial segment on top of it. Any attn_type; one row at a time.
+
+Both follow the model's ``config.decoding`` (or the ``decoding`` argument): ``segment`` groups prompt and
+new tokens in segments of ``tgt_len`` as training does; ``sliding`` reads the prompt as one segment, then
+makes each new token a segment of its own, so that it sees exactly the ``mem_len`` states before it, as
+HuggingFace's ``TransfoXLLMHeadModel.generate`` does.
 """
 
 from __future__ import annotations
@@ -40,22 +45,26 @@ def _generator(cfg: SamplingConfig, device) -> Optional[torch.Generator]:
 
 @torch.no_grad()
 def generate(model, prompts, sampling: Optional[SamplingConfig] = None, method: str = "cached",
-             on_token: Optional[OnToken] = None, pad_id: int = 0) -> List[List[int]]:
+             on_token: Optional[OnToken] = None, pad_id: int = 0, decoding: Optional[str] = None) -> List[List[int]]:
     """New tokens for each prompt (a stop token, if met, ends its row and is included).
 
-    ``prompts``: a list of token-id lists (lengths may differ) or a ``[B, P]`` tensor.
+    ``prompts``: a list of token-id lists (lengths may differ) or a ``[B, P]`` tensor. ``decoding``:
+    ``"segment"`` or ``"sliding"`` (default: the model's ``config.decoding``; see the module docstring).
     """
     cfg = sampling or SamplingConfig()
     cfg.validate()
     rows = _as_lists(prompts)
     if method not in ("cached", "segment"):
         raise ConfigError(f"method: must be 'cached' or 'segment', got {method!r}")
+    decoding = decoding or model.config.decoding
+    if decoding not in ("segment", "sliding"):
+        raise ConfigError(f"decoding: must be 'segment' or 'sliding', got {decoding!r}")
     if method == "cached" and model.config.attn_type != 0:
         method = "segment"
     with model.inference(ext_len=0):  # generation caches every position
         if method == "cached":
-            return _generate_cached(model, rows, cfg, on_token, pad_id)
-        return _generate_segment(model, rows, cfg, on_token)
+            return _generate_cached(model, rows, cfg, on_token, pad_id, decoding)
+        return _generate_segment(model, rows, cfg, on_token, decoding)
 
 
 def _left_pad(rows: List[List[int]], pad_id: int, device):
@@ -92,13 +101,14 @@ def _decode_loop(first_log_probs: Tensor, step: Callable[[Tensor], Tensor], hist
     return out
 
 
-def _generate_cached(model, rows, cfg, on_token, pad_id) -> List[List[int]]:
+def _generate_cached(model, rows, cfg, on_token, pad_id, decoding) -> List[List[int]]:
     device = next(model.parameters()).device
     ids, pad = _left_pad(rows, pad_id, device)
-    cache = DecodingCache(model, len(rows))
+    cache = DecodingCache(model, len(rows), decoding=decoding)
     hidden = None
-    for s in range(0, ids.size(1), model.tgt_len):  # the prompt, a segment at a time
+    for s in range(0, ids.size(1), model.tgt_len):  # the prompt, tgt_len tokens per call
         hidden = cache.extend(ids[:, s:s + model.tgt_len], pad[:, s:s + model.tgt_len])
+    cache.end_prompt()
     history = ids.masked_fill(pad, -1)
 
     def step(tok: Tensor) -> Tensor:
@@ -109,15 +119,19 @@ def _generate_cached(model, rows, cfg, on_token, pad_id) -> List[List[int]]:
 
 class SegmentDecoder:
     """The plain segment-by-segment model for one row: memory of layer states, and the tokens of
-    the current (partial) segment, re-run for every new token."""
+    the current (partial) segment, re-run for every new token. With ``sliding``, the first feed (the
+    prompt) is one segment and every later token a segment of its own."""
 
-    def __init__(self, model, device):
-        self.model, self.device = model, device
+    def __init__(self, model, device, sliding: bool = False):
+        self.model, self.device, self.sliding = model, device, sliding
         self.mems = None
         self.segment: List[int] = []
+        self.fed = False
 
     def feed(self, tokens: Sequence[int]) -> Tensor:
         """Append tokens; returns the next-token log-probs after the last one: ``[V]``."""
+        if self.sliding:
+            return self._feed_sliding(tokens)
         last = None
         for tok in tokens:
             self.segment.append(int(tok))
@@ -129,16 +143,25 @@ class SegmentDecoder:
             last = self._run()
         return self.model.crit.log_probs(last.hidden_states[:, -1])[0]
 
+    def _feed_sliding(self, tokens: Sequence[int]) -> Tensor:
+        """The first call (the prompt) is one segment; every later token is a segment of its own."""
+        segments = [[int(t) for t in tokens]] if not self.fed else [[int(t)] for t in tokens]
+        self.fed = True
+        for segment in segments:
+            out = self.model(torch.tensor([segment], dtype=torch.long, device=self.device), mems=self.mems)
+            self.mems = out.mems
+        return self.model.crit.log_probs(out.hidden_states[:, -1])[0]
+
     def _run(self):
         ids = torch.tensor([self.segment], dtype=torch.long, device=self.device)
         return self.model(ids, mems=self.mems)
 
 
-def _generate_segment(model, rows, cfg, on_token) -> List[List[int]]:
+def _generate_segment(model, rows, cfg, on_token, decoding) -> List[List[int]]:
     device = next(model.parameters()).device
     results = []
     for row in rows:
-        dec = SegmentDecoder(model, device)
+        dec = SegmentDecoder(model, device, sliding=decoding == "sliding")
         first = dec.feed(row)[None]
         history = torch.tensor([row], dtype=torch.long, device=device)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import codecs
 import logging
 from dataclasses import dataclass, field
-from typing import Iterable, List
+from typing import Iterable, List, Sequence
 
 import numpy as np
 import torch
 
+from ..data.hf_vocab import GLUE_SYMBOLS
 from ..errors import DataError
 
 log = logging.getLogger(__name__)
@@ -17,9 +18,19 @@ log = logging.getLogger(__name__)
 EOS = "<eos>"
 
 
+def _line_words(vocab, line: str) -> List[str]:
+    """A word-level vocabulary's symbols of one line (its own tokenization: whitespace, or HuggingFace's Moses)."""
+    words = getattr(vocab, "words", None)
+    if words is not None:
+        return list(words(line))
+    return [s.lower() for s in line.split()] if vocab.lower_case else line.split()
+
+
 def encode_prompt(vocab, text: str) -> List[int]:
     """Token ids of a prompt. At word level every line ended by a newline gets ``<eos>``, the last
-    (unfinished) line does not; out-of-vocabulary words become ``<unk>`` with a warning."""
+    (unfinished) line does not; each line is tokenized as the vocabulary's corpus was (whitespace split, or
+    HuggingFace's Moses rules for a converted ``vocab.pkl``); out-of-vocabulary words become ``<unk>`` with a
+    warning."""
     if not text:
         raise DataError("prompt: empty prompt; give some text to continue")
     if getattr(vocab, "level", None) != "word":
@@ -27,11 +38,9 @@ def encode_prompt(vocab, text: str) -> List[int]:
     lines = text.split("\n")
     ids, unknown = [], []
     for n, line in enumerate(lines):
-        symbols = line.split()
+        symbols = _line_words(vocab, line)
         if n < len(lines) - 1 and vocab.add_eos:
             symbols.append(EOS)
-        if vocab.lower_case:
-            symbols = [s.lower() for s in symbols]
         unknown += [s for s in symbols if s not in vocab]
         ids += [vocab.get_idx(s) for s in symbols]
     if not ids:
@@ -45,17 +54,71 @@ def encode_prompt(vocab, text: str) -> List[int]:
 class StreamDecoder:
     """Turns token ids into text piece by piece, as the corpus writes it: words joined by spaces
     with ``<eos>`` as a newline, characters as they are, bytes decoded as UTF-8 (incrementally, so
-    a multi-byte character is printed once complete)."""
+    a multi-byte character is printed once complete).
 
-    def __init__(self, vocab, after_newline: bool = True):
+    A vocabulary with a detokenizer (HuggingFace's, :class:`~transformer_xl.data.HFVocab`) is shown as
+    readable text: each line is re-detokenized as it grows (Moses rules, ``1 @,@ 000`` -> ``1,000``) and only
+    the new text is returned; number/dash glue symbols are held back until the next symbol, and :meth:`flush`
+    returns what is still held. ``context`` (the prompt's ids) lets the first words join the prompt's last line
+    correctly; without it, a line continued after the prompt starts with a space unless it is punctuation.
+    """
+
+    def __init__(self, vocab, after_newline: bool = True, context: Sequence[int] = ()):
         self.vocab = vocab
         self.level = getattr(vocab, "level", "word")
         self.at_line_start = after_newline
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._bpe_ids: List[int] = []
         self._bpe_text = ""
+        self._detok = getattr(vocab, "detokenize", None)
+        if self._detok is not None:
+            self._start_line(vocab, after_newline, context)
+
+    # ---------------------------------------------------------------- detokenized (HuggingFace) lines
+    def _start_line(self, vocab, after_newline: bool, context: Sequence[int]) -> None:
+        syms = [vocab.get_sym(int(i)) for i in context]
+        while EOS in syms:
+            syms = syms[syms.index(EOS) + 1:]
+        if not syms and not after_newline:
+            syms = ["x"]  # stands for the prompt's unfinished line: new words get a space, punctuation none
+        self._line, self._n_shown = syms, len(syms)
+        self._shown = self._detok(syms)
+
+    def _line_text(self, final: bool) -> str:
+        """New readable text of the current line (all of it when ``final``, else glue symbols held back)."""
+        k = len(self._line)
+        while not final and k and self._line[k - 1] in GLUE_SYMBOLS:
+            k -= 1
+        if k <= self._n_shown:
+            return ""
+        text = self._detok(self._line[:k])
+        if text.startswith(self._shown):
+            new = text[len(self._shown):]
+        else:  # the detokenizer revised text already shown: show the new symbols plainly
+            new = " " + " ".join(self._line[self._n_shown:k])
+        self._shown, self._n_shown = text, k
+        return new
+
+    def _detok_piece(self, token: int) -> str:
+        sym = self.vocab.get_sym(token)
+        if sym != EOS:
+            self._line.append(sym)
+            return self._line_text(final=False)
+        rest = self._line_text(final=True)
+        self._line, self._n_shown, self._shown = [], 0, ""
+        return rest + "\n"
+
+    def flush(self) -> str:
+        """Text still held back (an unfinished multi-byte character, trailing glue symbols); call at the end."""
+        if self._detok is not None:
+            return self._line_text(final=True)
+        if self.level == "byte":
+            return self._utf8.decode(b"", final=True)
+        return ""
 
     def piece(self, token: int) -> str:
+        if self._detok is not None:
+            return self._detok_piece(token)
         if self.level == "byte":
             if getattr(self.vocab, "kind", "") == "bytes":  # ByteVocab: id = byte value
                 return self._utf8.decode(bytes([token]))

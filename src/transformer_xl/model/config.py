@@ -21,6 +21,9 @@ ATTN_TYPES = {
     3: "learned absolute position embeddings per layer (Al-Rfou et al. 2018)",
 }
 
+DECODINGS = ("segment", "sliding")
+MEM_INITS = ("empty", "zeros")
+
 
 @dataclass
 class TransformerXLConfig:
@@ -28,6 +31,20 @@ class TransformerXLConfig:
 
     ``d_embed=None`` means ``d_model``; ``tie_projs=None`` means no projection is tied;
     ``clamp_len <= 0`` means relative distances are not clamped.
+
+    ``decoding`` says how generation moves the memory (see :mod:`transformer_xl.generation`):
+    ``"segment"`` groups tokens in segments of ``tgt_len`` as training and evaluation do, so the memory is
+    refreshed every ``tgt_len`` tokens; ``"sliding"`` reads the prompt as one segment and makes every new
+    token a segment of its own, so each sees exactly the ``mem_len`` states before it (what HuggingFace's
+    ``TransfoXLLMHeadModel.generate`` does; models converted from HuggingFace use it).
+
+    ``mem_init`` is the memory a fresh start attends to: ``"empty"`` (the original PyTorch code: none) or
+    ``"zeros"`` (the authors' TensorFlow code and HuggingFace: ``mem_len`` all-zero states in every layer,
+    whose keys still carry position terms). Converted TensorFlow and HuggingFace models use ``"zeros"``.
+
+    ``same_length_extra``: with ``same_length`` every query sees ``mem_len + same_length_extra`` keys: 0 as in
+    the original PyTorch code and HuggingFace, 1 in the authors' TensorFlow code (its mask lets query ``i``
+    see keys ``i .. M+i``); converted TensorFlow models use 1.
     """
 
     n_token: int = 256
@@ -56,6 +73,9 @@ class TransformerXLConfig:
     init_std: float = 0.02
     proj_init_std: float = 0.01
     layer_norm_epsilon: float = 1e-5
+    decoding: str = "segment"
+    mem_init: str = "empty"
+    same_length_extra: int = 0
 
     def __post_init__(self) -> None:
         if self.d_embed is None:
@@ -106,6 +126,13 @@ class TransformerXLConfig:
         if self.init not in ("normal", "uniform"):
             raise ConfigError(f"init: must be 'normal' or 'uniform', got {self.init!r}")
         _positive(self, "init_range", "init_std", "proj_init_std", "layer_norm_epsilon")
+        if self.decoding not in DECODINGS:
+            raise ConfigError(f"decoding: must be one of {', '.join(DECODINGS)}, got {self.decoding!r}")
+        if self.same_length_extra not in (0, 1):
+            raise ConfigError(f"same_length_extra: must be 0 (PyTorch, HuggingFace) or 1 (TensorFlow), "
+                              f"got {self.same_length_extra!r}")
+        if self.mem_init not in MEM_INITS:
+            raise ConfigError(f"mem_init: must be one of {', '.join(MEM_INITS)}, got {self.mem_init!r}")
         if self.same_length and self.mem_len == 0:
             raise ConfigError("same_length: needs mem_len > 0 (every query attends to exactly mem_len keys)")
 
@@ -158,6 +185,10 @@ def read_json_object(path: str | os.PathLike, what: str) -> dict:
             values = json.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a JSON file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(values, dict):

@@ -63,12 +63,15 @@ def update_mems_mask(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor]
     return torch.cat([old, cur], dim=1)[:, beg:end]
 
 
-def reset_mems(mems: Sequence[Tensor], mems_mask: Optional[Tensor], rows) -> Tuple[Mems, Optional[Tensor]]:
+def reset_mems(mems: Sequence[Tensor], mems_mask: Optional[Tensor], rows,
+               mem_init: str = "empty") -> Tuple[Mems, Optional[Tensor]]:
     """Forget the memory of the chosen batch rows, e.g. at a document boundary.
 
     ``rows`` is a bool mask ``[B]`` or a sequence of row indices. Returns ``(mems, mems_mask)`` to
     pass to the next forward: the chosen rows' memory is zeroed and hidden from attention, so
-    those rows continue exactly as if they started without memory. Inputs are not modified.
+    those rows continue exactly as if they started without memory. With ``mem_init="zeros"`` (the
+    model's ``config.mem_init``; a fresh start attends to ``mem_len`` zero states) the zeroed rows stay
+    visible instead, which is that fresh start once the memory is ``mem_len`` long. Inputs are not modified.
     """
     if not mems or mems[0].size(1) == 0:
         return list(mems), mems_mask
@@ -83,6 +86,6 @@ def reset_mems(mems: Sequence[Tensor], mems_mask: Optional[Tensor], rows) -> Tup
         chosen = torch.zeros(batch, dtype=torch.bool, device=device)
         chosen[rows.long()] = True
     mask = mems_mask.clone() if mems_mask is not None else torch.zeros(batch, mlen, dtype=torch.bool, device=device)
-    mask[chosen] = True
+    mask[chosen] = mem_init != "zeros"
     keep = (~chosen).to(mems[0].dtype)[:, None, None]  # [B, 1, 1]
     return [m * keep for m in mems], mask

@@ -206,18 +206,28 @@ class TransformerXL(nn.Module):
             self.train(was_training)
 
     def init_mems(self, batch_size: int) -> Mems:
-        """Empty memory (length 0) for a batch of ``batch_size`` rows."""
+        """The memory of a fresh start for ``batch_size`` rows: ``n_layer x [B, 0 or mem_len, d_model]``.
+
+        Empty, or ``mem_len`` zero states with ``config.mem_init == "zeros"`` (TensorFlow/HuggingFace models).
+        """
         p = next(self.parameters())
+        if self.config.mem_init == "zeros" and self.mem_len > 0:
+            return [p.new_zeros(batch_size, self.mem_len, self.config.d_model) for _ in range(self.config.n_layer)]
         return empty_mems(self.config.n_layer, batch_size, self.config.d_model, dtype=p.dtype, device=p.device)
 
     # ------------------------------------------------------------------ masks and positions
+    @property
+    def same_length_window(self) -> int:
+        """With ``same_length``, how many keys every query sees (``mem_len``, or one more for TensorFlow models)."""
+        return self.mem_len + self.config.same_length_extra
+
     def _attn_mask(self, qlen: int, mlen: int, device, key_hidden: Optional[Tensor]) -> Tensor:
         """``[L, K]`` (or ``[B, L, K]`` with hidden keys) bool, True where attention is forbidden."""
         klen = mlen + qlen
         ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
         mask = torch.triu(ones, diagonal=1 + mlen)  # the future
         if self.same_length:
-            mask_len = klen - self.mem_len
+            mask_len = klen - self.same_length_window
             shift = qlen - mask_len if mask_len > 0 else qlen
             mask = mask | torch.tril(ones, diagonal=-shift)  # beyond mem_len keys back
         if key_hidden is None:
@@ -247,6 +257,8 @@ class TransformerXL(nn.Module):
         bsz, qlen = input_ids.shape
         if mems is not None and len(mems) == 0:
             mems = None
+        if mems is None and cfg.mem_init == "zeros" and self.mem_len > 0:
+            mems = self.init_mems(bsz)  # a fresh start attends to mem_len zero states
         if mems is not None and len(mems) != cfg.n_layer:
             raise ValueError(f"mems: expected {cfg.n_layer} tensors (one per layer), got {len(mems)}")
         mlen = 0 if mems is None else mems[0].size(1)
@@ -260,7 +272,7 @@ class TransformerXL(nn.Module):
         word_emb = self.word_emb(input_ids)  # [B, L, d]
         hids: List[Tensor] = []
         if cfg.attn_type == 0:
-            fused = (self.mem_len if self.same_length else 0, key_hidden) if self.fused_attention else None
+            fused = (self.same_length_window if self.same_length else 0, key_hidden) if self.fused_attention else None
             pos_emb = self.drop(sinusoid_table(self._pos_seq(klen, device), cfg.d_model).to(word_emb.dtype))  # [K+1, d]
             core = self.drop(word_emb)
             for i, layer in enumerate(self.layers):
@@ -314,7 +326,8 @@ class TransformerXL(nn.Module):
         Args:
             input_ids: ``[B, L]`` token ids.
             labels: ``[B, L]`` next-token ids, or None; ``-100`` marks positions to ignore.
-            mems: memory from the previous call (``out.mems``), or None to start fresh.
+            mems: memory from the previous call (``out.mems``), or None to start fresh (no memory, or
+                ``mem_len`` zero states with ``config.mem_init == "zeros"``).
             mems_mask: ``[B, M]`` bool, memory positions to hide (see :func:`reset_mems`).
             padding_mask: ``[B, L]`` bool, True on padding tokens: hidden as keys and as memory.
             return_log_probs: also return full-vocabulary log-probs ``[B, L, V]``.
@@ -340,15 +353,18 @@ class TransformerXL(nn.Module):
                                    hidden_states=hidden, all_hidden_states=hids if output_hidden_states else None)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts, method: str = "cached", on_token=None, **sampling) -> List[List[int]]:
+    def generate(self, prompts, method: str = "cached", on_token=None, decoding: Optional[str] = None,
+                 **sampling) -> List[List[int]]:
         """Continue each prompt (token-id lists, lengths may differ); see :mod:`transformer_xl.generation`.
 
         ``sampling`` holds :class:`~transformer_xl.generation.SamplingConfig` fields:
         ``max_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty, seed, stop_tokens``.
+        ``decoding``: ``"segment"`` or ``"sliding"``, default ``config.decoding``.
         """
         from ..generation import SamplingConfig, generate
 
-        return generate(self, prompts, SamplingConfig(**sampling), method=method, on_token=on_token)
+        return generate(self, prompts, SamplingConfig(**sampling), method=method, on_token=on_token,
+                        decoding=decoding)
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory) -> None:

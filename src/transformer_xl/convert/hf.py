@@ -1,0 +1,125 @@
+"""HuggingFace's ``TransfoXLLMHeadModel`` (transformers <= 4.35) to and from this package.
+
+HuggingFace's port differs from the original PyTorch code in four ways that a conversion must undo, all
+checked against transformers 4.35.2 by ``tests/test_hf_compat.py``:
+
+* **Names.** Everything but ``crit.*`` sits under ``transformer.``.
+* **Tail-cluster order.** HuggingFace (like the authors' TensorFlow code) reads the head log-probability
+  of tail cluster ``i >= 1`` from head column ``cutoffs[0] + i - 1``, i.e. from ``cluster_weight`` row
+  ``i - 1``; the original PyTorch code, and this package, read column ``-i`` (row ``n_clusters - i``). The
+  rows of ``cluster_weight`` and ``cluster_bias`` are therefore reversed on the way in and on the way out.
+* **Shared u and v** (``untie_r=False``): the model-level ``r_w_bias``/``r_r_bias`` are also registered in
+  every layer, so a ``pytorch_model.bin`` repeats them as ``transformer.layers.N.dec_attn.r_w_bias``
+  (HuggingFace's safetensors files keep one copy). The copies must equal the shared tensors.
+* **Configuration.** ``config.json`` uses HuggingFace's names and defaults (a key it leaves out takes
+  ``TransfoXLConfig``'s default), builds the adaptive softmax from ``cutoffs`` whatever ``adaptive`` says,
+  and has no segment length: HuggingFace runs whatever it is given as one segment. A converted model gets
+  ``tgt_len`` from ``config.json`` when present (the released ``transfo-xl-wt103`` says 128), else 128, the
+  paper's WikiText-103 evaluation segment, and ``decoding="sliding"``, which is how HuggingFace's
+  ``generate`` moves its memory (the prompt as one segment, then one token per step with the last
+  ``mem_len`` states as memory).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+import torch
+
+from ..errors import CheckpointError, ConfigError
+from ..model.config import TransformerXLConfig
+
+PREFIX = "transformer."
+DEFAULT_TGT_LEN = 128
+# TransfoXLConfig's defaults in transformers 4.35, for keys a config.json leaves out.
+HF_DEFAULTS = {
+    "vocab_size": 267735, "cutoffs": [20000, 40000, 200000], "d_model": 1024, "d_embed": 1024, "n_head": 16,
+    "d_head": 64, "d_inner": 4096, "div_val": 4, "pre_lnorm": False, "n_layer": 18, "mem_len": 1600,
+    "clamp_len": 1000, "same_length": True, "proj_share_all_but_first": True, "attn_type": 0, "sample_softmax": -1,
+    "adaptive": True, "dropout": 0.1, "dropatt": 0.0, "untie_r": True, "init": "normal", "init_range": 0.01,
+    "proj_init_std": 0.01, "init_std": 0.02, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+}
+# TransfoXLConfig.attribute_map: older config.json files (the hub's transfo-xl-wt103) say n_token.
+HF_ALIASES = {"n_token": "vocab_size", "hidden_size": "d_model", "num_attention_heads": "n_head",
+              "num_hidden_layers": "n_layer"}
+# HuggingFace keys with the same name and meaning here.
+_SAME_NAME = ("cutoffs", "d_model", "d_embed", "n_head", "d_head", "d_inner", "div_val", "pre_lnorm", "n_layer",
+              "mem_len", "clamp_len", "same_length", "attn_type", "dropout", "dropatt", "untie_r", "init",
+              "init_range", "init_std", "proj_init_std", "layer_norm_epsilon")
+_SHARED_BIASES = ("r_w_bias", "r_r_bias")
+
+
+# ---------------------------------------------------------------------------- config
+def config_from_hf(hf: Mapping) -> TransformerXLConfig:
+    """The configuration HuggingFace builds from ``config.json`` (its defaults for missing keys)."""
+    given = {HF_ALIASES.get(k, k): v for k, v in hf.items() if v is not None}
+    values = {**HF_DEFAULTS, **given}
+    if int(values["sample_softmax"]) > 0:
+        raise ConfigError("sample_softmax: sampled softmax checkpoints are not supported (use the adaptive softmax)")
+    cutoffs = [int(c) for c in values["cutoffs"]]
+    tie_projs = values.get("tie_projs")
+    if tie_projs is None:  # TransfoXLConfig derives it; a saved config.json carries it
+        tie_projs = [False] + [bool(values["proj_share_all_but_first"])] * len(cutoffs)
+    fields = {k: values[k] for k in _SAME_NAME}
+    fields.update(n_token=values["vocab_size"], cutoffs=cutoffs, tie_weight=bool(values["tie_word_embeddings"]),
+                  tie_projs=[bool(t) for t in tie_projs], tgt_len=int(hf.get("tgt_len") or DEFAULT_TGT_LEN),
+                  ext_len=0, decoding="sliding", mem_init="zeros")
+    return TransformerXLConfig(**fields)
+
+
+def config_to_hf(config: TransformerXLConfig) -> dict:
+    """``config.json`` for HuggingFace's ``TransfoXLLMHeadModel`` (``tgt_len`` kept as an extra key)."""
+    hf = {k: getattr(config, k) for k in _SAME_NAME}
+    n_tails = len(config.cutoffs)
+    hf.update(architectures=["TransfoXLLMHeadModel"], model_type="transfo-xl", vocab_size=config.n_token,
+              cutoffs=list(config.cutoffs), tie_word_embeddings=config.tie_weight, tie_projs=list(config.tie_projs),
+              proj_share_all_but_first=list(config.tie_projs) == [False] + [True] * n_tails, adaptive=True,
+              sample_softmax=-1, tgt_len=config.tgt_len)
+    return hf
+
+
+# ---------------------------------------------------------------------------- state dicts
+def from_hf_state_dict(state_dict: Mapping[str, torch.Tensor], config: TransformerXLConfig,
+                       origin: str) -> Dict[str, torch.Tensor]:
+    """HuggingFace names and layout -> the original code's (which this package uses)."""
+    if not any(k.startswith(PREFIX) for k in state_dict):
+        raise CheckpointError(f"{origin}: no key starts with '{PREFIX}'; is this a HuggingFace "
+                              f"TransfoXLLMHeadModel state dict? (try --from original)")
+    # ``crit.*`` has no prefix; anything else without it is reported by the name check.
+    tensors = {(k[len(PREFIX):] if k.startswith(PREFIX) else k): v for k, v in state_dict.items()}
+    if config.attn_type == 0 and not config.untie_r:
+        _drop_layer_copies(tensors, config.n_layer, origin)
+    _reverse_clusters(tensors)
+    return tensors
+
+
+def to_hf_state_dict(state: Dict[str, torch.Tensor], config: TransformerXLConfig) -> Dict[str, torch.Tensor]:
+    """This package's state dict (tied tensors under every name) -> what HuggingFace's model holds."""
+    state = dict(state)
+    _reverse_clusters(state)
+    if config.attn_type == 0 and not config.untie_r:
+        for i in range(config.n_layer):
+            for name in _SHARED_BIASES:
+                state[f"layers.{i}.dec_attn.{name}"] = state[name]
+    return {(k if k.startswith("crit.") else PREFIX + k): v for k, v in state.items()}
+
+
+def _drop_layer_copies(tensors: Dict[str, torch.Tensor], n_layer: int, origin: str) -> None:
+    """Remove the per-layer copies of shared u and v, checking they equal the shared tensors."""
+    for name in _SHARED_BIASES:
+        for i in range(n_layer):
+            copy = tensors.pop(f"layers.{i}.dec_attn.{name}", None)
+            if copy is None:
+                continue
+            shared = tensors.setdefault(name, copy)
+            if shared.shape != copy.shape or not torch.equal(shared, copy):
+                raise CheckpointError(f"{origin}: layers.{i}.dec_attn.{name} differs from the shared {name} "
+                                      f"(untie_r is false in the config)")
+
+
+def _reverse_clusters(tensors: Dict[str, torch.Tensor]) -> None:
+    """Swap between HuggingFace's tail-cluster order (row i-1) and the original code's (row n-i)."""
+    for name in ("crit.cluster_weight", "crit.cluster_bias"):
+        if name in tensors:
+            tensors[name] = tensors[name].flip(0)
+

@@ -1,0 +1,140 @@
+"""``txl convert`` with a vocabulary: HuggingFace's vocab.pkl (written by HuggingFace itself) and the original
+code's vocabularies rebuilt from a corpus; then the converted folder works with generate and score."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import warnings
+
+import pytest
+import torch
+
+from test_data_support import require
+from test_hf_compat import hf_model, save_hf
+from transformer_xl import TransformerXL, TransformerXLConfig
+from transformer_xl.cli import main
+from transformer_xl.convert import export_state_dict
+from transformer_xl.data import load_vocab
+
+pytest.importorskip("sacremoses")
+
+CORPUS = """The company 's 1,000 workers earned 3.5 million dollars in 1999-2000 .
+" It is a well-known fact , " he said ; ( really ) ! <unk> words are rare .
+The workers said the company grew , and the dollars rose .
+"""
+
+
+def hf_tokenizer_pkl(tmp_path):
+    """HuggingFace's TransfoXLTokenizer counted on CORPUS, and the vocab.pkl its save_vocabulary wrote."""
+    from transformers import TransfoXLTokenizer
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = TransfoXLTokenizer(special=["<eos>", "<unk>"], lower_case=False)
+        tok.count_file(str(tmp_path / "corpus.txt"))
+        tok.build_vocab()
+        (path,) = tok.save_vocabulary(str(tmp_path))
+    return tok, path
+
+
+@pytest.fixture
+def hf_folder(tmp_path):
+    """A HuggingFace checkpoint folder as the hub has it: config.json, pytorch_model.bin, vocab.pkl."""
+    tok, vocab_pkl = hf_tokenizer_pkl(tmp_path)
+    hf = hf_model(dict(vocab_size=len(tok.sym2idx), cutoffs=[10, 25], div_val=2))  # len(tok) counts added tokens too
+    save_hf(hf, tmp_path, "bin")
+    return tmp_path, tok, vocab_pkl
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_convert_with_huggingface_vocab_then_generate_and_score(hf_folder, capsys, tmp_path):
+    folder, tok, vocab_pkl = hf_folder
+    out = folder / "converted"
+    code, stdout, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json", "--vocab", vocab_pkl,
+                            folder / "pytorch_model.bin", out)
+    assert code == 0, err
+    assert f"vocabulary of {len(tok.sym2idx):,} symbols" in stdout
+    vocab = load_vocab(out)
+    text = "The workers earned 1,000 dollars , he said ."
+    words = tok.tokenize(text)
+    assert vocab.encode(text).tolist()[:len(words)] == [tok.sym2idx.get(w, tok.unk_idx) for w in words]
+    code, stdout, err = run(capsys, "generate", out, "--prompt", "The company", "--greedy", "--max-new-tokens", "5")
+    assert code == 0 and stdout.startswith("The company"), err
+    (tmp_path / "doc.txt").write_text("The workers earned 3.5 million dollars .\n", encoding="utf-8")
+    code, stdout, err = run(capsys, "score", out, tmp_path / "doc.txt", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["tokens"] > 5
+
+
+def test_vocabulary_of_another_size_is_refused_before_writing(hf_folder, capsys):
+    folder, _, vocab_pkl = hf_folder
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1}))
+    code, _, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json", "--vocab", vocab_pkl,
+                       folder / "pytorch_model.bin", folder / "out")
+    assert code == 2 and err.count("\n") == 1 and "vocabulary has" in err
+    assert not (folder / "out").exists()
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_vocab_pkl_with_a_payload_runs_nothing(hf_folder, capsys):
+    folder, _, vocab_pkl = hf_folder
+    marker = folder / "pwned"
+    with open(vocab_pkl, "rb") as fh:
+        values = pickle.load(fh)  # the test's own file, written above by HuggingFace
+    values["evil"] = Payload(marker)
+    with open(vocab_pkl, "wb") as fh:
+        pickle.dump(values, fh)
+    code, _, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json", "--vocab", vocab_pkl,
+                       folder / "pytorch_model.bin", folder / "out")
+    assert code == 2 and err.count("\n") == 1 and "system" in err and "Traceback" not in err
+    assert not marker.exists()
+    assert not (folder / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "foreign"])
+def test_bad_vocab_files_give_one_line(hf_folder, capsys, kind):
+    folder, _, vocab_pkl = hf_folder
+    with open(vocab_pkl, "rb") as fh:
+        data = fh.read()
+    with open(vocab_pkl, "wb") as fh:
+        fh.write(data[: len(data) // 2] if kind == "truncated" else pickle.dumps([1, 2, 3]))
+    code, _, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json", "--vocab", vocab_pkl,
+                       folder / "pytorch_model.bin", folder / "out")
+    assert code == 2 and err.count("\n") == 1 and str(vocab_pkl) in err
+    assert not (folder / "out").exists()
+
+
+def test_original_checkpoint_with_the_ptb_vocabulary_of_the_original_rules(tmp_path, capsys):
+    """An original-code checkpoint for PTB (10,000 words) gets the original code's PTB vocabulary."""
+    model = TransformerXL(TransformerXLConfig(n_token=10000, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32,
+                                              cutoffs=[2000], tgt_len=8, mem_len=8))
+    state, args = export_state_dict(model, "original")
+    torch.save(state, tmp_path / "model.pt")
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    data_dir = require("ptb")
+    code, stdout, err = run(capsys, "convert", "--from", "original", "--config", tmp_path / "args.json",
+                            "--vocab-from-corpus", "ptb", "--data-dir", data_dir, tmp_path / "model.pt", tmp_path / "out")
+    assert code == 0, err
+    vocab = load_vocab(tmp_path / "out")
+    assert len(vocab) == 10000 and vocab.get_sym(0) == "<eos>"
+    code, _, err = run(capsys, "convert", "--from", "original", "--config", tmp_path / "args.json",
+                       "--vocab-from-corpus", "ptb", tmp_path / "model.pt", tmp_path / "out2")
+    assert code == 2 and "--data-dir" in err

@@ -1,0 +1,241 @@
+"""HuggingFace's own TransfoXLLMHeadModel (transformers 4.35.2, the ``dev`` extra) judges the conversion.
+
+Random HuggingFace models, perturbed far from their initialisation, are saved by HuggingFace's own
+``save_pretrained`` (``pytorch_model.bin`` and ``model.safetensors``), converted with ``txl convert --from hf``,
+and must give HuggingFace's full-vocabulary log-probabilities and per-token losses over three segments with
+memory carried, and HuggingFace's greedy ``generate`` token for token. The way back is judged the same way:
+``export_checkpoint(model, dir, "hf")`` must load in HuggingFace's ``from_pretrained`` with no missing or
+unexpected weight and compute the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from transformers import TransfoXLConfig, TransfoXLLMHeadModel
+
+from transformer_xl import TransformerXL
+from transformer_xl.cli import main
+from transformer_xl.convert import export_checkpoint
+from transformer_xl.generation import DecodingCache
+from transformer_xl.generation.generate import SegmentDecoder
+
+TOL = 1e-4
+N_TOKEN = 300
+BASE = dict(vocab_size=N_TOKEN, d_model=32, d_embed=32, n_head=4, d_head=8, d_inner=64, n_layer=2, div_val=1,
+            cutoffs=[], mem_len=6, clamp_len=-1, same_length=False, dropout=0.0, dropatt=0.0, untie_r=True,
+            proj_share_all_but_first=True, pre_lnorm=False, eos_token_id=0)
+# (name, HuggingFace config changes, segment length)
+CONFIGS = [
+    ("no-clusters", dict(), 5),
+    ("1-tail-div1", dict(cutoffs=[60]), 5),
+    ("2-tails-div2-d_embed48", dict(cutoffs=[40, 120], div_val=2, d_embed=48), 5),
+    ("3-tails-div4", dict(cutoffs=[30, 80, 200], div_val=4, d_embed=64), 5),
+    ("3-tails-div1-projections-untied", dict(cutoffs=[30, 80, 200], d_embed=24, proj_share_all_but_first=False), 5),
+    ("3-tails-div1-projections-tied", dict(cutoffs=[30, 80, 200], d_embed=24), 5),
+    ("untied-output-and-projections", dict(cutoffs=[40, 120], div_val=2, tie_word_embeddings=False,
+                                           proj_share_all_but_first=False), 5),
+    ("shared-u-v", dict(cutoffs=[50, 150], div_val=2, untie_r=False), 5),
+    ("pre-lnorm", dict(cutoffs=[100], pre_lnorm=True, untie_r=False), 5),
+    ("same-length-clamp", dict(cutoffs=[40, 120, 220], div_val=2, same_length=True, clamp_len=4), 5),
+    ("mem-shorter-than-segment", dict(cutoffs=[40, 120], div_val=2, mem_len=3), 8),
+    ("mem-longer-than-segment", dict(cutoffs=[40, 120], div_val=2, mem_len=14, same_length=True), 4),
+]
+
+
+def hf_model(changes: dict, seed: int = 0) -> TransfoXLLMHeadModel:
+    """A HuggingFace model whose weights are far from their initialisation (std 0.02 -> 0.2), with
+    cluster logits spread apart so that reading the wrong head column changes the result."""
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = TransfoXLLMHeadModel(TransfoXLConfig(**{**BASE, **changes})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.2 + (1.0 if name.endswith("layer_norm.weight") else 0.0))
+        if model.crit.n_clusters:
+            model.crit.cluster_bias.copy_(torch.linspace(-3, 3, model.crit.n_clusters))
+    return model
+
+
+def save_hf(model, directory, fmt: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(directory, safe_serialization=fmt == "safetensors")
+    return directory / ("model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
+
+
+def convert(directory, weights) -> TransformerXL:
+    out = directory / "converted"
+    assert main(["convert", "--from", "hf", "--config", str(directory / "config.json"), str(weights), str(out)]) == 0
+    return TransformerXL.from_pretrained(out).eval()
+
+
+def segments(seed: int, seg_len: int, n: int = 3, batch: int = 2):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, N_TOKEN, (batch, seg_len * n), generator=g)
+    return [ids[:, s:s + seg_len] for s in range(0, ids.size(1), seg_len)]
+
+
+@torch.no_grad()
+def worst_differences(hf, ours, seg_len: int):
+    """Largest |difference| of full log-probs and of per-token losses over 3 segments with memory."""
+    hf.crit.keep_order = True  # HuggingFace's own switch: losses in token order, not grouped by cluster
+    hf_mems = our_mems = None
+    worst_lp = worst_loss = 0.0
+    for x in segments(1, seg_len):
+        h = hf(x, mems=hf_mems)
+        h_loss = hf(x, mems=hf_mems, labels=x).losses  # [B, L-1]: position t predicts x[t+1]
+        labels = torch.cat([x[:, 1:], torch.full_like(x[:, :1], -100)], dim=1)
+        o = ours(x, labels=labels, mems=our_mems, return_log_probs=True)
+        worst_lp = max(worst_lp, (h.prediction_scores - o.log_probs).abs().max().item())
+        worst_loss = max(worst_loss, (h_loss - o.losses[:, :-1]).abs().max().item())
+        hf_mems, our_mems = h.mems, o.mems
+    return worst_lp, worst_loss
+
+
+def hf_greedy(hf, prompt, n: int):
+    """HuggingFace's greedy tokens and the next-token log-probs it chose them from: ``[n, V]``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                          output_scores=True, return_dict_in_generate=True)
+    return out.sequences[0, len(prompt):].tolist(), torch.cat(out.scores)
+
+
+@torch.no_grad()
+def our_step_log_probs(model, prompt, tokens, method: str):
+    """Next-token log-probs after the prompt and after each of ``tokens``, as generation computes them."""
+    if method == "cached":
+        cache = DecodingCache(model, 1)
+        steps = [model.crit.log_probs(cache.extend(torch.tensor([prompt]))[:, -1])]
+        cache.end_prompt()
+        steps += [model.crit.log_probs(cache.extend(torch.tensor([[t]]))[:, -1]) for t in tokens[:-1]]
+        return torch.cat(steps)
+    decoder = SegmentDecoder(model, torch.device("cpu"), sliding=True)
+    return torch.stack([decoder.feed(prompt)] + [decoder.feed([t]) for t in tokens[:-1]])
+
+
+@pytest.mark.parametrize("fmt", ["bin", "safetensors"])
+@pytest.mark.parametrize("name,changes,seg_len", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_converted_model_computes_what_huggingface_computes(tmp_path, name, changes, seg_len, fmt):
+    hf = hf_model(changes)
+    ours = convert(tmp_path, save_hf(hf, tmp_path, fmt))
+    worst_lp, worst_loss = worst_differences(hf, ours, seg_len)
+    assert worst_lp < TOL and worst_loss < TOL, (worst_lp, worst_loss)
+
+
+@pytest.mark.parametrize("name,changes,seg_len", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_greedy_generation_matches_huggingface(tmp_path, name, changes, seg_len):
+    hf = hf_model(changes)
+    ours = convert(tmp_path, save_hf(hf, tmp_path, "safetensors"))
+    mem_len = hf.config.mem_len
+    for prompt_len in (3, mem_len + 5):  # a prompt shorter and one longer than the memory
+        prompt = torch.randint(1, N_TOKEN, (prompt_len,), generator=torch.Generator().manual_seed(prompt_len)).tolist()
+        expected, hf_log_probs = hf_greedy(hf, prompt, 16)
+        for method in ("cached", "segment"):
+            got = ours.generate([prompt], method=method, max_new_tokens=16, do_sample=False, stop_tokens=[0])[0]
+            assert got == expected, (method, prompt_len)
+            steps = our_step_log_probs(ours, prompt, expected, method)
+            assert (steps - hf_log_probs).abs().max() < TOL, (method, prompt_len)
+
+
+@pytest.mark.parametrize("name,changes,seg_len", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_export_loads_in_huggingface_and_computes_the_same(tmp_path, name, changes, seg_len):
+    hf = hf_model(changes)
+    ours = convert(tmp_path, save_hf(hf, tmp_path, "bin"))
+    export_checkpoint(ours, tmp_path / "exported", "hf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        back, info = TransfoXLLMHeadModel.from_pretrained(tmp_path / "exported", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    back.eval()
+    worst_lp, worst_loss = worst_differences(back, ours, seg_len)
+    assert worst_lp < TOL and worst_loss < TOL
+    hf_state, back_state = hf.state_dict(), back.state_dict()
+    assert hf_state.keys() == back_state.keys()
+    assert all(torch.equal(hf_state[k], back_state[k]) for k in hf_state)
+
+
+def test_adaptive_false_is_ignored_as_huggingface_ignores_it(tmp_path):
+    hf = hf_model(dict(cutoffs=[40, 120, 220], div_val=2, adaptive=False))
+    weights = save_hf(hf, tmp_path, "bin")
+    assert json.loads((tmp_path / "config.json").read_text())["adaptive"] is False
+    ours = convert(tmp_path, weights)
+    assert ours.config.cutoffs == [40, 120, 220]
+    assert max(worst_differences(hf, ours, 5)) < TOL
+
+
+def test_lengths_of_a_converted_model(tmp_path):
+    """HuggingFace has no segment length: tgt_len comes from config.json if there, else 128."""
+    hf = hf_model(dict(cutoffs=[60]))
+    weights = save_hf(hf, tmp_path, "safetensors")
+    config = convert(tmp_path, weights).config
+    assert (config.tgt_len, config.mem_len, config.ext_len) == (128, 6, 0)
+    assert (config.decoding, config.mem_init) == ("sliding", "zeros")
+    values = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**values, "tgt_len": 64, "ext_len": 8}))
+    assert convert(tmp_path, weights).config.tgt_len == 64
+
+
+def test_missing_keys_take_huggingface_defaults(tmp_path):
+    """A config.json written without HuggingFace's default values (untie_r true, same_length true,
+    clamp_len 1000 ...) still converts to the model HuggingFace builds from it."""
+    hf = hf_model(dict(cutoffs=[60], same_length=True, clamp_len=1000, untie_r=True))
+    weights = save_hf(hf, tmp_path, "bin")
+    values = json.loads((tmp_path / "config.json").read_text())
+    for key in ("untie_r", "same_length", "clamp_len", "dropatt", "div_val" if values["div_val"] == 4 else "x"):
+        values.pop(key, None)
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    ours = convert(tmp_path, weights)
+    assert ours.config.untie_r and ours.config.same_length and ours.config.clamp_len == 1000
+    assert max(worst_differences(hf, ours, 5)) < TOL
+
+
+def test_old_config_json_with_n_token(tmp_path):
+    """Older config.json files (the hub's transfo-xl-wt103) name the vocabulary size n_token, which
+    HuggingFace maps onto vocab_size (its attribute_map)."""
+    hf = hf_model(dict(cutoffs=[60], vocab_size=250))
+    weights = save_hf(hf, tmp_path, "bin")
+    values = json.loads((tmp_path / "config.json").read_text())
+    values["n_token"] = values.pop("vocab_size")
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert TransfoXLConfig.from_pretrained(tmp_path).vocab_size == 250  # HuggingFace reads it so
+    assert convert(tmp_path, weights).config.n_token == 250
+
+
+def test_shared_bias_copies_that_differ_are_refused(tmp_path, capsys):
+    hf = hf_model(dict(untie_r=False))
+    state = hf.state_dict()
+    state["transformer.layers.1.dec_attn.r_w_bias"] = state["transformer.r_w_bias"] + 1
+    hf.config.save_pretrained(tmp_path)
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    code = main(["convert", "--from", "hf", "--config", str(tmp_path / "config.json"),
+                 str(tmp_path / "pytorch_model.bin"), str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "layers.1.dec_attn.r_w_bias differs from the shared r_w_bias" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_zero_memory_of_a_fresh_start_matters(tmp_path):
+    """The converted model starts from mem_len zero states, as HuggingFace does; starting from no memory
+    (the original PyTorch code's convention) gives other numbers, so the tests above can tell them apart."""
+    hf = hf_model(dict(cutoffs=[60]))
+    ours = convert(tmp_path, save_hf(hf, tmp_path, "safetensors"))
+    x = segments(1, 5)[0]
+    with torch.no_grad():
+        fresh = ours(x, return_log_probs=True).log_probs
+        explicit = ours(x, mems=[torch.zeros(2, 6, 32) for _ in range(2)], return_log_probs=True).log_probs
+        ours.config.mem_init = "empty"
+        no_memory = ours(x, return_log_probs=True).log_probs
+    assert torch.equal(fresh, explicit)
+    assert (fresh - no_memory).abs().max() > 1e-2
