@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -123,9 +124,21 @@ def setup(t, device: torch.device) -> DistContext:
 
 
 def teardown() -> None:
+    """Leave the process group at the end of a run that every rank finished.
+
+    Gloo's worker threads release finished work (and the tensors it holds, which needs the GIL) after the work
+    completes. If the process group's last reference (held by DDP's reducer) goes while a worker is still doing
+    that, the destructor joins the worker while holding the GIL: a deadlock at exit. A final barrier, then a pause
+    that releases the GIL, leaves every worker idle first.
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        except RuntimeError:  # a peer already left: nothing is pending with it
+            pass
+        time.sleep(0.2)
         dist.destroy_process_group()
 
 
