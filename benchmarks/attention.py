@@ -47,25 +47,25 @@ def attention_flops(b: int, qlen: int, mlen: int, d: int, h: int, dh: int) -> fl
 
 
 def run_cell(mode: str, mlen: int, efficient: bool, args) -> dict:
-    from transformer_xl.model.attention import RelPartialLearnableMultiHeadAttn, sinusoid_table
+    from transformer_xl.model.attention import RelPartialLearnableMultiHeadAttn, segment_visibility, sinusoid_table
 
     torch.manual_seed(0)
     dh = args.d_model // args.n_head
     attn = RelPartialLearnableMultiHeadAttn(args.n_head, args.d_model, dh, 0.0, 0.0, False)
     attn.train(mode == "train")
     u, v = torch.randn(args.n_head, dh), torch.randn(args.n_head, dh)
-    block = args.block if efficient else 0
+    if efficient:
+        attn.set_backend("streamed", args.block)
 
     def inputs(m: int):
         h = torch.randn(args.batch, args.qlen, args.d_model, requires_grad=mode == "train")
         mems = torch.randn(args.batch, m, args.d_model)
         pos = sinusoid_table(torch.arange(m + args.qlen, -1, -1.0), args.d_model)
-        mask = torch.triu(torch.ones(args.qlen, m + args.qlen, dtype=torch.bool), 1 + m)  # the future
-        return h, mems, pos, mask
+        return h, mems, pos, segment_visibility(args.qlen, m, "cpu")  # the future is hidden
 
-    def call(h, mems, pos, mask):
+    def call(h, mems, pos, vis):
         with torch.set_grad_enabled(mode == "train"), torch.autocast("cpu", torch.bfloat16, enabled=args.precision == "bf16"):
-            out = attn(h, pos, u, v, attn_mask=mask, mems=mems, chunk=block, mask_start=mems.size(1) + 1)
+            out = attn(h, (pos, u, v), vis, mems)
         if mode == "train":
             out.sum().backward()
 

@@ -2,7 +2,7 @@
 
 For each memory length M, one forward + backward (gradients of q, k, v, r_k, u and v) of
 
-* fused: ``transformer_xl.model.triton_attention.rel_attention`` (no ``[B, H, L, K]`` tensor), and
+* fused: ``transformer_xl.model.attention.triton_kernel.rel_attention`` (no ``[B, H, L, K]`` tensor), and
 * plain: ``rel_attn_score`` + masked float32 softmax + ``prob @ v``, as ``RelPartialLearnableMultiHeadAttn``,
 
 timed with CUDA events (mean of ``--repeat`` runs after a warm-up) and with the peak of
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from types import SimpleNamespace
 
 import torch
 
@@ -56,8 +55,8 @@ def measure(fn, leaves, grad_out, repeat: int):
 
 
 def run_row(mlen: int, args) -> str:
-    from transformer_xl.model.transformer import TransformerXL
-    from transformer_xl.model.triton_attention import rel_attention
+    from transformer_xl.model.attention import segment_visibility
+    from transformer_xl.model.attention.triton_kernel import rel_attention
 
     dtype = DTYPES[args.dtype]
     bsz, n_head, qlen, d_head = args.batch, args.n_head, args.qlen, args.d_head
@@ -68,8 +67,7 @@ def run_row(mlen: int, args) -> str:
               (n_head, klen + 1, d_head), (n_head, d_head), (n_head, d_head)]
     leaves = [torch.randn(*s, device="cuda", generator=gen).to(dtype).requires_grad_() for s in shapes]
     grad_out = torch.randn(bsz, n_head, qlen, d_head, device="cuda", generator=gen).to(dtype)
-    owner = SimpleNamespace(same_length=args.window > 0, mem_len=args.window)
-    mask = TransformerXL._attn_mask(owner, qlen, mlen, "cuda", None)  # [L, K], True = hidden
+    mask = segment_visibility(qlen, mlen, "cuda", args.window).mask  # [L, K], True = hidden
 
     cells = {}
     for name, fn in (("fused", lambda *xs: rel_attention(*xs, scale, window=args.window, block=args.block)),
@@ -111,7 +109,7 @@ def main() -> None:
         sys.exit("gpu_attention.py: no CUDA device; the fused Triton attention can only be timed on a GPU.")
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         sys.exit("gpu_attention.py: TRITON_INTERPRET=1 is set; unset it to time the compiled kernels.")
-    from transformer_xl.model import triton_attention
+    from transformer_xl.model.attention import triton_kernel as triton_attention
 
     if not triton_attention.is_available(torch.zeros(1, device="cuda")):
         sys.exit("gpu_attention.py: Triton >= 3.2 (with tl.gather) is not installed; nothing to time.")

@@ -77,7 +77,7 @@ def run_variant(name: str, args) -> dict:
         keep_cpu_memory()  # as txl train does (train.keep_cpu_memory)
     torch.manual_seed(0)
     model = build(args).train()
-    model.attn_chunk = args.attn_chunk
+    model.set_attention("streamed" if args.attn_chunk else "plain", args.attn_chunk)
     precision = "bf16" if name.startswith("bf16") else "fp32"
     engine = model
     if "compile" in name:

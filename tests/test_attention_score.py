@@ -5,18 +5,19 @@ import torch
 
 from reference import brute_force_rel_scores
 from helpers import tiny_model
-from transformer_xl.model.attention import rel_attn_score, rel_shift, sinusoid_table
+from transformer_xl.model.attention import distances, rel_attn_score, rel_shift, segment_visibility, sinusoid_table
 
 
 def fast_scores(model, layer: int, h: torch.Tensor, mems):
     """Scores of the model's own pipeline (positions, r_net, shift, mask) for layer ``layer``."""
     attn = model.layers[layer].dec_attn
     qlen, mlen = h.size(1), (0 if mems is None else mems.size(1))
-    q, k, _ = attn._qkv(h, mems)  # [B, H, L, D], [B, H, K, D]
-    pos_emb = sinusoid_table(model._pos_seq(mlen + qlen, h.device), model.config.d_model)  # [K+1, d]
-    r_k = attn.r_net(pos_emb).view(-1, attn.n_head, attn.d_head).transpose(0, 1)  # [H, K+1, D]
+    q, k, _ = attn.project(h, mems)  # [B, H, L, D], [B, H, K, D]
+    pos_emb = sinusoid_table(distances(mlen + qlen, model.clamp_len, h.device), model.config.d_model)  # [K+1, d]
+    r_k = attn.position_keys(pos_emb)  # [H, K+1, D]
     score = rel_attn_score(q, k, r_k, model.r_w_bias, model.r_r_bias)  # [B, H, L, K]
-    mask = model._attn_mask(qlen, mlen, h.device, None)  # [L, K]
+    window = model.same_length_window if model.same_length else 0
+    mask = segment_visibility(qlen, mlen, h.device, window).mask  # [L, K]
     return score.masked_fill(mask, float("-inf")), q, k
 
 

@@ -51,7 +51,7 @@ def test_compiled_model_with_streamed_attention_equals_eager():
     """The memory-efficient path runs eagerly inside a compiled model (data-dependent block skipping)."""
     torch._dynamo.reset()
     model = tiny_model(seed=5, tgt_len=7, mem_len=7).train()
-    model.attn_chunk = 4
+    model.set_attention("streamed", 4)
     x = random_tokens(2, 16, seed=5)
     first, _ = _step(model, x)
     eager, eager_grads = _step(model, x[:, 7:], mems=first.mems)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from helpers import random_tokens, tiny_model
-from transformer_xl.model import attention
-from transformer_xl.model.streamed_attention import streamed_rel_attention
+from transformer_xl.model.attention import layers as attention_layers
+from transformer_xl.model.attention.streamed import streamed_rel_attention
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 64])
@@ -13,7 +13,7 @@ from transformer_xl.model.streamed_attention import streamed_rel_attention
 def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch):
     """Keys in blocks with the hand-written backward: losses and every gradient, memory of 0, 7 and 9 > L."""
     calls = []
-    monkeypatch.setattr(attention, "streamed_rel_attention",
+    monkeypatch.setattr(attention_layers, "streamed_rel_attention",
                         lambda *a, **k: calls.append(k["block"]) or streamed_rel_attention(*a, **k))
     model = tiny_model(seed=block, tgt_len=7, mem_len=9, **variant).train()
     names, params = zip(*model.named_parameters())
@@ -21,10 +21,10 @@ def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch
     plain_mems = fast_mems = None
     for i in range(3):
         inp, tgt = x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8]
-        model.attn_chunk = 0
+        model.set_attention("plain")
         plain = model(inp, tgt, mems=plain_mems)
         plain_grads = torch.autograd.grad(plain.loss, params)
-        model.attn_chunk = block
+        model.set_attention("streamed", block)
         fast = model(inp, tgt, mems=fast_mems)
         fast_grads = torch.autograd.grad(fast.loss, params)
         torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)
@@ -48,7 +48,7 @@ def test_streamed_keys_equal_plain(block, variant):
             out = model(x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8], mems=mems)
             plain.append(out)
             mems = out.mems
-        model.attn_chunk = block
+        model.set_attention("streamed", block)
         mems = None
         for i in range(3):
             out = model(x[:, 7 * i:7 * i + 7], x[:, 7 * i + 1:7 * i + 8], mems=mems)
@@ -68,7 +68,7 @@ def test_streamed_keys_with_hidden_memory_and_padding():
         mems = model(x[:, :6], x[:, 1:7]).mems
     plain = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
     plain_grads = torch.autograd.grad(plain.loss, list(model.parameters()))
-    model.attn_chunk = 5
+    model.set_attention("streamed", 5)
     fast = model(x[:, 6:12], x[:, 7:13], mems=mems, mems_mask=mems_mask, padding_mask=padding)
     torch.testing.assert_close(fast.losses, plain.losses, rtol=1e-5, atol=1e-5)
     for (n, _), a, b in zip(model.named_parameters(), torch.autograd.grad(fast.loss, list(model.parameters())),

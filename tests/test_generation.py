@@ -78,7 +78,7 @@ def test_stop_tokens_end_a_row_and_streaming_reports_each_step():
 def test_seed_makes_sampling_reproducible():
     model = tiny_model(seed=8)
     cfg = SamplingConfig(max_new_tokens=10, seed=123)
-    assert model.generate([[1, 2, 3]], **vars(cfg)) == model.generate([[1, 2, 3]], **vars(cfg))
+    assert generate(model, [[1, 2, 3]], **vars(cfg)) == generate(model, [[1, 2, 3]], **vars(cfg))
 
 
 def test_empty_prompt_and_bad_settings_are_refused():
@@ -105,5 +105,5 @@ def test_repetition_penalty():
 
 def test_other_attention_types_generate_with_segment_method():
     model = tiny_model(seed=9, attn_type=2, tgt_len=4, mem_len=4)
-    out = model.generate([[1, 2, 3, 4, 5, 6]], max_new_tokens=6, do_sample=False)
+    out = generate(model, [[1, 2, 3, 4, 5, 6]], max_new_tokens=6, do_sample=False)
     assert len(out[0]) == 6

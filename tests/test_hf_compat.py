@@ -24,7 +24,7 @@ from transformer_xl import TransformerXL
 from transformer_xl.cli import main
 from transformer_xl.convert import export_checkpoint
 from transformer_xl.generation import DecodingCache
-from transformer_xl.generation.generate import SegmentDecoder
+from transformer_xl.generation.generate import SegmentDecoder, generate
 
 TOL = 1e-4
 N_TOKEN = 300
@@ -140,7 +140,7 @@ def test_greedy_generation_matches_huggingface(tmp_path, name, changes, seg_len)
         prompt = torch.randint(1, N_TOKEN, (prompt_len,), generator=torch.Generator().manual_seed(prompt_len)).tolist()
         expected, hf_log_probs = hf_greedy(hf, prompt, 16)
         for method in ("cached", "segment"):
-            got = ours.generate([prompt], method=method, max_new_tokens=16, do_sample=False, stop_tokens=[0])[0]
+            got = generate(ours, [prompt], method=method, max_new_tokens=16, do_sample=False, stop_tokens=[0])[0]
             assert got == expected, (method, prompt_len)
             steps = our_step_log_probs(ours, prompt, expected, method)
             assert (steps - hf_log_probs).abs().max() < TOL, (method, prompt_len)

@@ -9,14 +9,12 @@ here are tiny). Otherwise the kernel tests skip; the argument checks run everywh
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from transformer_xl.model import triton_attention as ta
-from transformer_xl.model.attention import rel_attn_score
-from transformer_xl.model.transformer import TransformerXL
+from transformer_xl.model.attention import rel_attn_score, segment_visibility
+from transformer_xl.model.attention import triton_kernel as ta
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 CUDA = torch.cuda.is_available()
@@ -50,10 +48,9 @@ CASES = {
 
 
 def _mask(qlen: int, mlen: int, window: int, key_hidden):
-    """The model's own mask: ``TransformerXL._attn_mask`` with same_length / mem_len set from ``window``."""
-    owner = SimpleNamespace(same_length=window > 0, mem_len=window)
-    return TransformerXL._attn_mask(owner, qlen, mlen, key_hidden.device if key_hidden is not None else "cpu",
-                                    key_hidden)
+    """The model's own rule (:func:`segment_visibility`) for a same_length ``window`` (0 = none)."""
+    return segment_visibility(qlen, mlen, key_hidden.device if key_hidden is not None else "cpu", window,
+                              key_hidden).mask
 
 
 def _plain(q, k, v, r_k, u, vb, scale, window=0, key_hidden=None):
@@ -61,7 +58,7 @@ def _plain(q, k, v, r_k, u, vb, scale, window=0, key_hidden=None):
     qlen, klen = q.size(2), k.size(2)
     score = rel_attn_score(q, k, r_k, u, vb, scale)  # [B, H, L, K]
     if score.dtype != torch.float64:
-        score = score.float()  # softmax in float32, as _AttentionBase._attend
+        score = score.float()  # softmax in float32, as AttentionBase.attend
     mask = _mask(qlen, klen - qlen, window, None if key_hidden is None else key_hidden.cpu()).to(q.device)
     mask = mask[:, None] if mask.dim() == 3 else mask  # [B|1, 1|L, L, K]
     prob = torch.softmax(score.masked_fill(mask, float("-inf")), dim=-1).to(v.dtype)
@@ -179,7 +176,7 @@ def test_matches_module_attention_with_strided_inputs(ieee_float32):
     u, vb = (torch.randn(n_head, d_head, generator=gen).to(DEVICE) for _ in range(2))
     assert not q.is_contiguous() and not r_k.is_contiguous()
     mask = _mask(qlen, mlen, 0, None).to(DEVICE)
-    want = layer._attend(rel_attn_score(q, k, r_k, u, vb, layer.scale), v, mask)  # [B, L, H*D]
+    want = layer.attend(rel_attn_score(q, k, r_k, u, vb, layer.scale), v, mask)  # [B, L, H*D]
     got = ta.rel_attention(q, k, v, r_k, u, vb, layer.scale, block=16)  # [B, H, L, D]
     got = got.transpose(1, 2).reshape(bsz, qlen, n_head * d_head)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -274,7 +271,7 @@ def test_cpu_tensors_are_not_available():
 @needs_kernels
 @pytest.mark.parametrize("variant", [dict(), dict(same_length=True, mem_len=6), dict(pre_lnorm=True, untie_r=True)])
 def test_model_with_fused_attention_equals_plain(variant):
-    """``model.fused_attention``: losses, gradients and memories of a training step equal the plain path."""
+    """``model.set_attention("triton")``: losses, gradients and memories of a training step equal the plain path."""
     import sys
 
     sys.path.insert(0, os.path.dirname(__file__))
@@ -288,7 +285,7 @@ def test_model_with_fused_attention_equals_plain(variant):
     padding[1, :2] = True
     runs = []
     for fused in (False, True):
-        model.fused_attention = fused
+        model.set_attention("triton" if fused else "plain")
         first = model(x[:, :7], x[:, 1:8])
         out = model(x[:, 7:14], x[:, 8:15], mems=first.mems, padding_mask=padding)
         out.loss.backward()

@@ -14,6 +14,7 @@ from typing import Tuple
 
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL, TransformerXLConfig
+from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
 from ..training import checkpoint as ckpt
 from ..training.allocator import keep_cpu_memory
@@ -109,8 +110,7 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
         keep_cpu_memory()
     chunk = _plan_eval_memory(config, args, lengths, mode, device, data.ids.size)  # with the data's copy
     model = TransformerXL.from_pretrained(model_dir, map_location=device)
-    model.attn_chunk = chunk
-    model.fused_attention = getattr(args, "fused_attention", False)
+    model.set_attention(*choose_backend(chunk, getattr(args, "fused_attention", False)))
     if getattr(args, "compile", False):
         model.compile()
     result = evaluate(model, data.ids, batch_size=args.batch_size, tgt_len=lengths["tgt_len"],
@@ -156,7 +156,7 @@ def run_context(args) -> int:
         config = load_model_config(model_dir)
         chunk = _plan_context_memory(config, args.batch_size, args.lengths, device)
         model = TransformerXL.from_pretrained(model_dir, map_location=device)
-        model.attn_chunk = chunk
+        model.set_attention(*choose_backend(chunk))
         corpus = load_data(cfg, vocab_dir=model_dir if cfg.train.init_from else None)
         check_vocab(model_dir, corpus)
         metric = corpus.metric

@@ -30,7 +30,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from ..model.attention import rel_attn_score, sinusoid_table
+from ..model.attention import distances, forbidden, hide, sinusoid_table
 
 PAD = -(1 << 62)  # the token index of padding: below any real index, zero-memory ones included
 
@@ -109,11 +109,10 @@ class DecodingCache:
         if n_dist <= self._r_len:
             return
         n_dist = max(n_dist, 2 * self._r_len)
-        pos = self.model._pos_seq(n_dist - 1, self.device)  # distances n_dist-1 .. 0, clamped
+        pos = distances(n_dist - 1, self.model.clamp_len, self.device)  # distances n_dist-1 .. 0, clamped
         r = sinusoid_table(pos, self.model.config.d_model).to(self.dtype)  # [n_dist, d]
         for i, layer in enumerate(self.model.layers):
-            attn = layer.dec_attn
-            self._r_k[i] = attn.r_net(r).view(n_dist, attn.n_head, attn.d_head).transpose(0, 1).contiguous()
+            self._r_k[i] = layer.dec_attn.position_keys(r).contiguous()  # [H, n_dist, D]
         self._r_len = n_dist
 
     @torch.no_grad()
@@ -121,9 +120,7 @@ class DecodingCache:
         """Cache the keys and values of ``mem_len`` zero states per layer (token indices -mem_len .. -1)."""
         zeros = next(self.model.parameters()).new_zeros(self.batch_size, self.mem_len, self.model.config.d_model)
         for i, layer in enumerate(self.model.layers):
-            attn = layer.dec_attn
-            x = attn.layer_norm(zeros) if attn.pre_lnorm else zeros
-            _, k, v = (attn._heads(t) for t in attn.qkv_net(x).split(attn.n_head * attn.d_head, dim=-1))
+            _, k, v = layer.dec_attn.project(zeros)  # [B, H, mem_len, D]
             self.keys[i].append(k)
             self.values[i].append(v)
         index = torch.arange(-self.mem_len, 0, device=self.device)
@@ -142,17 +139,18 @@ class DecodingCache:
         end = self.prompt_end[:, None]  # [B, 1]
         return torch.where((end == PAD) | (q < end), torch.zeros_like(q), q)
 
-    def _visible(self, q_index: Tensor, k_index: Tensor) -> Tensor:
-        """``[B, n, T]`` bool: may query (token index ``q_index [B, n]``) see key ``k_index [B, T]``?"""
-        seg_start = self._segment_start(q_index)[:, :, None]
-        q = q_index[:, :, None]
-        k = k_index[:, None, :]
-        visible = (k != PAD) & (k <= q) & (k >= seg_start - self.mem_len)
-        if self.model.same_length:
-            visible &= (q - k) < self.model.same_length_window
+    def _forbidden(self, q_index: Tensor, k_index: Tensor) -> Tensor:
+        """``[B, n, T]`` bool: True where query (token index ``q_index [B, n]``) may not see key ``k_index [B, T]``.
+
+        The rule of :mod:`transformer_xl.model.attention.visibility`, with each query's segment memory as the
+        oldest key it sees, and padding as hidden keys (a padding query sees itself only: a finite, ignored output).
+        """
+        first = (self._segment_start(q_index) - self.mem_len)[:, :, None]  # [B, n, 1]
+        window = self.model.same_length_window if self.model.same_length else 0
+        mask = forbidden(q_index[:, :, None], k_index[:, None, :], window, first)  # [B, n, T]
         n, klen = q_index.size(1), k_index.size(1)
-        own = torch.arange(klen, device=q.device)[None, :] == torch.arange(klen - n, klen, device=q.device)[:, None]
-        return visible | own[None]  # a padding query sees itself only (finite output, ignored)
+        own = torch.arange(klen, device=q_index.device)[None, :] == torch.arange(klen - n, klen, device=q_index.device)[:, None]
+        return hide(mask, k_index == PAD, own)
 
     def _trim(self) -> None:
         """Drop leading keys that no future query of any row can see."""
@@ -178,7 +176,7 @@ class DecodingCache:
         k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
         klen = k_index.size(1)
         self._ensure_positions(klen + 1)
-        mask = ~self._visible(q_index, k_index)  # [B, n, T+n]
+        mask = self._forbidden(q_index, k_index)  # [B, n, T+n]
         h = model.word_emb(input_ids)  # [B, n, d]
         u, v = getattr(model, "r_w_bias", None), getattr(model, "r_r_bias", None)
         for i, layer in enumerate(model.layers):
@@ -189,16 +187,14 @@ class DecodingCache:
         return h
 
     def _attention(self, i: int, attn, h: Tensor, mask: Tensor, u, v) -> Tensor:
-        if hasattr(attn, "r_w_bias"):  # untie_r
-            u, v = attn.r_w_bias, attn.r_r_bias
-        x = attn.layer_norm(h) if attn.pre_lnorm else h
-        q, k, val = (attn._heads(t) for t in attn.qkv_net(x).split(attn.n_head * attn.d_head, dim=-1))  # [B, H, n, D]
+        u, v = attn.biases(u, v)  # the layer's own with untie_r
+        q, k, val = attn.project(h)  # [B, H, n, D]
         keys = self.keys[i].append(k)  # [B, H, T+n, D]
         values = self.values[i].append(val)
         klen = keys.size(2)
         r_k = self._r_k[i][:, self._r_len - klen - 1:]  # distances klen .. 0: [H, klen+1, D]
-        score = rel_attn_score(q, keys, r_k, u, v, attn.scale)  # [B, H, n, T+n], the layer's own score
-        return attn._output(h, attn._attend(score, values, mask))  # the layer's masked softmax and sum
+        score = attn.score(q, keys, r_k, u, v)  # [B, H, n, T+n], the layer's own score
+        return attn.output(h, attn.attend(score, values, mask))  # the layer's masked softmax and sum
 
     def __len__(self) -> int:
         """Number of cached key positions (memory plus current segment, padding included)."""

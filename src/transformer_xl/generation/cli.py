@@ -15,6 +15,7 @@ from typing import List
 from ..errors import CheckpointError, DataError
 from ..evaluation.cli import load_model_config, resolve_checkpoint
 from ..model import TransformerXL
+from ..model.attention import choose_backend
 from ..model.footprint import check_decoding_fits, plan_attention
 from ..training.loop import resolve_device
 from .generate import generate
@@ -100,10 +101,10 @@ def _plan_scoring(model) -> None:
     """Score one row at a time: switch to the streamed attention when only it fits (one note)."""
     device = next(model.parameters()).device
     chunk, note = plan_attention(model.config, 1, model.tgt_len, model.mem_len, device,
-                                 attn_chunk=model.attn_chunk, extra_bytes=-_weight_bytes(model))
+                                 attn_chunk=model.attn_backend[1], extra_bytes=-_weight_bytes(model))
     if note:
         log.warning(note)
-    model.attn_chunk = chunk
+    model.set_attention(*choose_backend(chunk))
 
 
 def run_score(args) -> int:

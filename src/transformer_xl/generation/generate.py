@@ -45,13 +45,18 @@ def _generator(cfg: SamplingConfig, device) -> Optional[torch.Generator]:
 
 @torch.no_grad()
 def generate(model, prompts, sampling: Optional[SamplingConfig] = None, method: str = "cached",
-             on_token: Optional[OnToken] = None, pad_id: int = 0, decoding: Optional[str] = None) -> List[List[int]]:
+             on_token: Optional[OnToken] = None, pad_id: int = 0, decoding: Optional[str] = None,
+             **sampling_fields) -> List[List[int]]:
     """New tokens for each prompt (a stop token, if met, ends its row and is included).
 
     ``prompts``: a list of token-id lists (lengths may differ) or a ``[B, P]`` tensor. ``decoding``:
     ``"segment"`` or ``"sliding"`` (default: the model's ``config.decoding``; see the module docstring).
+    Sampling: a :class:`SamplingConfig`, or its fields as keywords (``max_new_tokens, do_sample, temperature,
+    top_k, top_p, repetition_penalty, seed, stop_tokens``).
     """
-    cfg = sampling or SamplingConfig()
+    if sampling is not None and sampling_fields:
+        raise ConfigError(f"generate: give a SamplingConfig or its fields, not both ({', '.join(sampling_fields)})")
+    cfg = sampling or SamplingConfig(**sampling_fields)
     cfg.validate()
     rows = _as_lists(prompts)
     if method not in ("cached", "segment"):

@@ -10,7 +10,7 @@ element. An element is dropped when its lane falls below ``round(p * 2**16)``, s
 
 Each mask takes one 63-bit seed from torch's default CPU generator, so ``torch.manual_seed`` and
 saved RNG states reproduce the masks; :func:`keep_mask` also takes an explicit seed, which lets a
-backward pass rebuild a mask instead of storing it (see :mod:`.streamed_attention`).
+backward pass rebuild a mask instead of storing it (see :mod:`.attention.streamed`).
 
 On other devices, under ``torch.compile`` (whose own generator fuses into the kernels) and in eval
 mode this is exactly ``nn.Dropout``. Parameter-free, so state dicts are unchanged.

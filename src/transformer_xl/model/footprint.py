@@ -35,7 +35,9 @@ from typing import Dict, Optional, Union
 
 import torch
 
+from ..errors import ConfigError
 from .config import TransformerXLConfig
+from .transformer import TransformerXL
 
 #: The streamed attention's block size that :func:`plan_attention` switches to.
 STREAM_CHUNK = 256
@@ -72,8 +74,6 @@ def format_bytes(n: float) -> str:
 # ---------------------------------------------------------------------------------------------- parts
 def parameter_count(config: TransformerXLConfig) -> int:
     """Number of distinct parameters (tied weights once), counted on the meta device: nothing is allocated."""
-    from .transformer import TransformerXL
-
     with torch.device("meta"):
         model = TransformerXL(config)
     return sum(p.numel() for p in model.parameters())
@@ -254,8 +254,6 @@ def plan_attention(config: TransformerXLConfig, batch_size: int, tgt_len: int, m
     only that fits; otherwise raises :class:`~transformer_xl.errors.ConfigError` with the estimate and the
     available memory.
     """
-    from ..errors import ConfigError
-
     avail = available_bytes(device) if available is None else available
     if avail is None:
         return attn_chunk, None
@@ -281,8 +279,6 @@ def check_decoding_fits(config: TransformerXLConfig, batch_size: int, tgt_len: i
                         extra_bytes: int = 0) -> None:
     """Raise ConfigError when cached decoding of ``tokens`` positions per row does not fit (``extra_bytes``
     is added to the estimate; negative for weights that are already loaded)."""
-    from ..errors import ConfigError
-
     avail = available_bytes(device) if available is None else available
     if avail is None:
         return

@@ -90,10 +90,19 @@ def describe_mismatch(missing, extra, limit: int = 8) -> str:
     return "; ".join(parts)
 
 
-def from_pretrained(directory, map_location="cpu"):
-    """Load a model saved by :func:`save_pretrained`. Bit-exact."""
-    from .transformer import TransformerXL
+class PretrainedMixin:
+    """``save_pretrained`` / ``from_pretrained`` for a model class built from a :class:`TransformerXLConfig`."""
 
+    def save_pretrained(self, directory) -> None:
+        save_pretrained(self, directory)
+
+    @classmethod
+    def from_pretrained(cls, directory, map_location="cpu"):
+        return from_pretrained(directory, cls, map_location=map_location)
+
+
+def from_pretrained(directory, model_class, map_location="cpu"):
+    """Load a ``model_class`` (``TransformerXL``) saved by :func:`save_pretrained`. Bit-exact."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
@@ -104,7 +113,7 @@ def from_pretrained(directory, map_location="cpu"):
         config = TransformerXLConfig.from_json_file(directory / CONFIG_NAME)
     except ConfigError as exc:
         raise CheckpointError(f"{directory / CONFIG_NAME}: {exc}") from None
-    model = TransformerXL(config)
+    model = model_class(config)
     load_into(model, load_safetensors(directory / WEIGHTS_NAME), str(directory / WEIGHTS_NAME))
     return model.to(map_location)
 

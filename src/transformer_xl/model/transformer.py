@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError
 from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
-from .attention import MultiHeadAttn, RelLearnableMultiHeadAttn, RelPartialLearnableMultiHeadAttn, sinusoid_table
+from .attention import BACKENDS, RelPartialLearnableMultiHeadAttn, Visibility, segment_visibility
 from .config import TransformerXLConfig
 from .dropout import Dropout
+from .io import PretrainedMixin
 from .memory import Mems, empty_mems, update_mems, update_mems_mask
+from .positions import position_scheme
 
 IGNORE_INDEX = -100
 
@@ -67,20 +68,15 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerXLConfig):
         super().__init__()
-        args = (cfg.n_head, cfg.d_model, cfg.d_head, cfg.dropout, cfg.dropatt, cfg.pre_lnorm, cfg.layer_norm_epsilon)
-        if cfg.attn_type == 0:
-            self.dec_attn = RelPartialLearnableMultiHeadAttn(*args, untie_r=cfg.untie_r)
-        elif cfg.attn_type == 1:
-            self.dec_attn = RelLearnableMultiHeadAttn(*args)
-        else:
-            self.dec_attn = MultiHeadAttn(*args)
+        self.dec_attn = position_scheme(cfg.attn_type).attention(cfg)
         self.pos_ff = PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm, cfg.layer_norm_epsilon)
 
-    def forward(self, h: Tensor, *pos_args, attn_mask=None, mems=None, **attn_kwargs) -> Tensor:
-        return self.pos_ff(self.dec_attn(h, *pos_args, attn_mask=attn_mask, mems=mems, **attn_kwargs))
+    def forward(self, h: Tensor, pos, vis: Visibility, mems: Optional[Tensor] = None) -> Tensor:
+        """h ``[B, L, d]``, ``pos`` from the position scheme, mems ``[B, M, d]`` -> ``[B, L, d]``."""
+        return self.pos_ff(self.dec_attn(h, pos, vis, mems))
 
 
-class TransformerXL(nn.Module):
+class TransformerXL(PretrainedMixin, nn.Module):
     """Transformer-XL language model (``MemTransformerLM`` of the paper's code), batch-first.
 
     Parameter names equal the original release's, so its state dicts load after only the
@@ -95,34 +91,16 @@ class TransformerXL(nn.Module):
         # config keeps the training values (which size attn_type 1/3's learned tables).
         self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
         self.clamp_len, self.same_length = cfg.clamp_len, cfg.same_length
-        # Run-time switch for attn_type 0, same results as the plain path: >0 computes the attention with keys
-        # streamed this many at a time and an online softmax, recomputed block by block in the backward pass,
-        # so that peak memory no longer grows as B*H*L*(M+L) in training or evaluation.
-        self.attn_chunk = 0
-        # Run-time switch: the fused Triton kernel for attn_type 0 where it can run (CUDA tensors, no
-        # attention dropout in training); the plain path elsewhere. Same results.
-        self.fused_attention = False
+        self.positions = position_scheme(cfg.attn_type)
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
         self.drop = Dropout(cfg.dropout)
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
-        self._create_position_params()
+        self.positions.create(self, cfg)
         self.crit = ProjectedAdaptiveLogSoftmax(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
         self._tie_weights()
         self.init_weights()
 
     # ------------------------------------------------------------------ construction
-    def _create_position_params(self) -> None:
-        cfg = self.config
-        if cfg.attn_type == 0 and not cfg.untie_r:
-            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # u
-            self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))  # v
-        elif cfg.attn_type == 1:
-            self.r_emb = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head, cfg.d_head))
-            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_layer, cfg.n_head, cfg.d_head))
-            self.r_bias = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head))
-        elif cfg.attn_type == 3:
-            self.r_emb = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head, cfg.d_head))
-
     def _tie_weights(self) -> None:
         cfg = self.config
         if cfg.tie_weight:
@@ -165,11 +143,7 @@ class TransformerXL(nn.Module):
         if self.crit.n_clusters > 0:
             init_weight(self.crit.cluster_weight)
             nn.init.zeros_(self.crit.cluster_bias)
-        for name in ("r_emb", "r_w_bias", "r_r_bias"):
-            if hasattr(self, name):
-                init_weight(getattr(self, name))
-        if hasattr(self, "r_bias"):
-            nn.init.zeros_(self.r_bias)
+        self.positions.init(self, init_weight)
         # The embedding is tied to the output layer; the paper's code initialises it last.
         for emb in self.word_emb.emb_layers:
             init_weight(emb.weight)
@@ -205,6 +179,30 @@ class TransformerXL(nn.Module):
             self.reset_length(*saved[:3], clamp_len=saved[3], same_length=saved[4])
             self.train(was_training)
 
+    @property
+    def attn_backend(self) -> Tuple[str, int]:
+        """``(back-end, chunk)`` of the Transformer-XL attention (attn_type 0); ``("plain", 0)`` for the others."""
+        attn = self.layers[0].dec_attn
+        return (attn.backend, attn.chunk) if isinstance(attn, RelPartialLearnableMultiHeadAttn) else ("plain", 0)
+
+    def set_attention(self, backend: str = "plain", chunk: int = 0) -> None:
+        """Choose how the Transformer-XL attention (attn_type 0) is computed; every choice gives the same results.
+
+        ``plain``: the reference path. ``streamed``: keys ``chunk`` at a time with an online softmax, recomputed
+        block by block in the backward pass, so peak memory no longer grows as B*H*L*(M+L). ``triton``: the fused
+        kernel where it can run (CUDA tensors, no attention dropout in training), elsewhere streamed with
+        ``chunk > 0``, else plain.
+        Other attention types only have the plain path and ignore the choice. A run-time choice like the lengths
+        of :meth:`reset_length`: it is not saved with the model.
+        """
+        if backend not in BACKENDS:
+            raise ValueError(f"attention back-end: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if chunk < 0:
+            raise ValueError(f"attention chunk: must be >= 0, got {chunk}")
+        for layer in self.layers:
+            if isinstance(layer.dec_attn, RelPartialLearnableMultiHeadAttn):
+                layer.dec_attn.set_backend(backend, chunk)
+
     def init_mems(self, batch_size: int) -> Mems:
         """The memory of a fresh start for ``batch_size`` rows: ``n_layer x [B, 0 or mem_len, d_model]``.
 
@@ -220,31 +218,6 @@ class TransformerXL(nn.Module):
     def same_length_window(self) -> int:
         """With ``same_length``, how many keys every query sees (``mem_len``, or one more for TensorFlow models)."""
         return self.mem_len + self.config.same_length_extra
-
-    def _attn_mask(self, qlen: int, mlen: int, device, key_hidden: Optional[Tensor]) -> Tensor:
-        """``[L, K]`` (or ``[B, L, K]`` with hidden keys) bool, True where attention is forbidden."""
-        klen = mlen + qlen
-        ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
-        mask = torch.triu(ones, diagonal=1 + mlen)  # the future
-        if self.same_length:
-            mask_len = klen - self.same_length_window
-            shift = qlen - mask_len if mask_len > 0 else qlen
-            mask = mask | torch.tril(ones, diagonal=-shift)  # beyond mem_len keys back
-        if key_hidden is None:
-            return mask
-        # Never hide a query from itself, so every row keeps one key (a padded query's output
-        # is finite and ignored).
-        rows = torch.arange(qlen, device=device)
-        diag = torch.zeros(qlen, klen, dtype=torch.bool, device=device)
-        diag[rows, mlen + rows] = True
-        return mask[None] | (key_hidden[:, None, :] & ~diag[None])  # [B, L, K]
-
-    def _pos_seq(self, start: int, device) -> Tensor:
-        """Distances ``start, start-1, ..., 0``, clamped to ``clamp_len`` when it is positive."""
-        pos = torch.arange(start, -1, -1.0, device=device)
-        if self.clamp_len > 0:
-            pos = pos.clamp(max=self.clamp_len)
-        return pos
 
     # ------------------------------------------------------------------ the layer stack
     def transformer(self, input_ids: Tensor, mems: Optional[Sequence[Tensor]] = None,
@@ -262,55 +235,16 @@ class TransformerXL(nn.Module):
         if mems is not None and len(mems) != cfg.n_layer:
             raise ValueError(f"mems: expected {cfg.n_layer} tensors (one per layer), got {len(mems)}")
         mlen = 0 if mems is None else mems[0].size(1)
-        klen = mlen + qlen
         device = input_ids.device
         key_hidden = _key_hidden(mems_mask, padding_mask, bsz, mlen, qlen, device)
-        attn_mask = self._attn_mask(qlen, mlen, device, key_hidden)
-        # First key column that can be masked: without same_length or hidden keys, only the future.
-        mask_start = mlen + 1 if key_hidden is None and not self.same_length else 0
+        vis = segment_visibility(qlen, mlen, device, self.same_length_window if self.same_length else 0, key_hidden)
 
-        word_emb = self.word_emb(input_ids)  # [B, L, d]
         hids: List[Tensor] = []
-        if cfg.attn_type == 0:
-            fused = (self.same_length_window if self.same_length else 0, key_hidden) if self.fused_attention else None
-            pos_emb = self.drop(sinusoid_table(self._pos_seq(klen, device), cfg.d_model).to(word_emb.dtype))  # [K+1, d]
-            core = self.drop(word_emb)
-            for i, layer in enumerate(self.layers):
-                hids.append(core)
-                core = layer(core, pos_emb, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None),
-                             attn_mask=attn_mask, mems=None if mems is None else mems[i], chunk=self.attn_chunk,
-                             fused=fused, mask_start=mask_start)
-        elif cfg.attn_type == 1:
-            core = self.drop(word_emb)
-            for i, layer in enumerate(self.layers):
-                r_emb, r_bias = self.r_emb[i], self.r_bias[i]  # [T, H, D], [T, H]
-                if self.clamp_len > 0:
-                    r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
-                hids.append(core)
-                core = layer(core, r_emb, self.r_w_bias[i], r_bias,
-                             attn_mask=attn_mask, mems=None if mems is None else mems[i], mask_start=mask_start)
-        elif cfg.attn_type == 2:
-            pos_emb = sinusoid_table(self._pos_seq(klen - 1, device), cfg.d_model).to(word_emb.dtype)  # [K, d]
-            core = self.drop(word_emb + pos_emb[-qlen:])
-            for i, layer in enumerate(self.layers):
-                hids.append(core)
-                mem_i = None if mems is None else mems[i]
-                if mem_i is not None and i == 0:
-                    mem_i = mem_i + pos_emb[:mlen]  # memory positions, counted back from the segment end
-                core = layer(core, attn_mask=attn_mask, mems=mem_i, mask_start=mask_start)
-        else:
-            if qlen > self.r_emb.size(1):
-                raise ConfigError(f"tgt_len: attn_type=3 has learned positions for {self.r_emb.size(1)} keys, "
-                                  f"got a segment of {qlen}")
-            core = self.drop(word_emb)
-            for i, layer in enumerate(self.layers):
-                table = self.r_emb[i].flatten(1)  # [T, d]
-                mem_i = None if mems is None else mems[i]
-                if mem_i is not None and mlen > 0:
-                    mem_i = mem_i + _absolute_rows(table[:-qlen], mlen)
-                core = core + table[-qlen:]
-                hids.append(core)  # the paper's code caches the states with positions added
-                core = layer(core, attn_mask=attn_mask, mems=mem_i, mask_start=mask_start)
+        core, state = self.positions.start(self, self.word_emb(input_ids), mlen, qlen)  # [B, L, d]
+        for i, layer in enumerate(self.layers):
+            core, mem_i, pos = self.positions.layer_input(self, i, core, None if mems is None else mems[i], state)
+            hids.append(core)
+            core = layer(core, pos, vis, mem_i)
         core = self.drop(core)
         hids.append(core)
         new_mems = update_mems(hids[:-1], mems, self.mem_len, self.ext_len)
@@ -352,32 +286,6 @@ class TransformerXL(nn.Module):
         return TransformerXLOutput(loss=loss, losses=losses, mems=new_mems, mems_mask=new_mask, log_probs=log_probs,
                                    hidden_states=hidden, all_hidden_states=hids if output_hidden_states else None)
 
-    # ------------------------------------------------------------------ generation
-    def generate(self, prompts, method: str = "cached", on_token=None, decoding: Optional[str] = None,
-                 **sampling) -> List[List[int]]:
-        """Continue each prompt (token-id lists, lengths may differ); see :mod:`transformer_xl.generation`.
-
-        ``sampling`` holds :class:`~transformer_xl.generation.SamplingConfig` fields:
-        ``max_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty, seed, stop_tokens``.
-        ``decoding``: ``"segment"`` or ``"sliding"``, default ``config.decoding``.
-        """
-        from ..generation import SamplingConfig, generate
-
-        return generate(self, prompts, SamplingConfig(**sampling), method=method, on_token=on_token,
-                        decoding=decoding)
-
-    # ------------------------------------------------------------------ persistence
-    def save_pretrained(self, directory) -> None:
-        from .io import save_pretrained
-
-        save_pretrained(self, directory)
-
-    @classmethod
-    def from_pretrained(cls, directory, map_location="cpu") -> "TransformerXL":
-        from .io import from_pretrained
-
-        return from_pretrained(directory, map_location=map_location)
-
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -397,10 +305,3 @@ def _key_hidden(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor], bsz
         raise ValueError(f"padding_mask: expected shape [{bsz}, {qlen}], got {list(padding_mask.shape)}")
     return torch.cat([mems_mask.bool(), padding_mask.bool()], dim=1)
 
-
-def _absolute_rows(table: Tensor, mlen: int) -> Tensor:
-    """Last ``mlen`` rows of a learned position table ``[T, d]``, padded with row 0 when ``T < mlen``."""
-    if table.size(0) >= mlen:
-        return table[-mlen:]
-    pad = table[:1].expand(mlen - table.size(0), -1)
-    return torch.cat([pad, table], dim=0)

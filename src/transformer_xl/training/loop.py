@@ -28,6 +28,7 @@ import yaml
 from ..errors import CheckpointError, ConfigError, DataError, TXLError
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.io import WEIGHTS_NAME, load_into, load_safetensors
+from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
@@ -182,7 +183,7 @@ class Trainer:
         elif init is not None:
             self._init_model(init)
         self._plan_memory()
-        self.model.attn_chunk, self.model.fused_attention = t.attn_chunk, t.fused_attention
+        self.model.set_attention(*choose_backend(t.attn_chunk, t.fused_attention))
         self.engine = distributed.wrap(self.model, self.dist)
         if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
             self.model.compile()  # what the training step calls

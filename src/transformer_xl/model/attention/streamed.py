@@ -1,6 +1,6 @@
 """Relative attention that streams keys in blocks, with a hand-written backward pass.
 
-The plain path of :class:`~transformer_xl.model.attention.RelPartialLearnableMultiHeadAttn` projects all
+The plain path of :class:`~.layers.RelPartialLearnableMultiHeadAttn` projects all
 ``K = M + L`` keys and values (``[B, K, 2*H*D]``) and builds ``[B, H, L, K]`` scores, and autograd keeps
 both (plus the softmax probabilities) until the backward pass, so training memory grows linearly with the
 memory length ``M``. :func:`streamed_rel_attention` computes the same result, flash-attention style, in
@@ -14,7 +14,7 @@ are taken (without concatenating the whole), layer-normed if pre-LN, projected t
 The position term is one matmul of ``q_v`` against the contiguous slice of position keys the block needs,
 ``[H, L+Bk-1, D]`` (rows ``j0+1 .. L+j1-1``; those past row ``K``, distances below 0 that only masked future
 keys meet, are zeros), re-indexed to ``[L, Bk]`` by an ``as_strided`` view (the shift trick of
-:func:`~transformer_xl.model.attention.rel_shift`, per block). After masking (the future ``j > M + i``
+:func:`~.relative.rel_shift`, per block). After masking (the future ``j > M + i``
 always, plus ``attn_mask``) an online softmax keeps the running row max ``m``, the running sum ``l`` and
 the running weighted sum ``acc`` of the values, rescaled whenever ``m`` grows. The result is
 ``acc / l``; the row log-sum-exp ``lse = m + log l`` is kept for the backward pass.
@@ -57,7 +57,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .dropout import draw_seed, keep_mask
+from ..dropout import draw_seed, keep_mask
+from .visibility import block_mask
 
 def draw_dropout_seed(device) -> int:
     """One seed from torch's default generator for ``device`` (what :func:`streamed_rel_attention` draws)."""
@@ -142,14 +143,6 @@ def _table(r_k: Tensor, qlen: int, j0: int, j1: int) -> Tensor:
     return F.pad(rows, (0, 0, 0, missing)) if missing > 0 else rows
 
 
-def _block_mask(attn_mask: Optional[Tensor], mlen: int, qlen: int, j0: int, j1: int, device) -> Tensor:
-    """Forbidden entries of keys ``j0 .. j1-1``: ``j > M + i`` or ``attn_mask``. ``[L, Bk]`` or ``[B, L, Bk]``."""
-    rows = torch.arange(qlen, device=device)[:, None]  # [L, 1]
-    cols = torch.arange(j0, j1, device=device)[None]  # [1, Bk]
-    mask = cols > rows + mlen  # [L, Bk]
-    return mask if attn_mask is None else mask | attn_mask[..., j0:j1]
-
-
 def _mm(x: Tensor, y: Tensor) -> Tensor:
     """``x @ y`` with ``x`` (working-dtype values) brought to ``y``'s dtype (autocast may lower both)."""
     return torch.matmul(x.to(y.dtype), y)
@@ -174,7 +167,7 @@ class _Problem:
         """``(n, j0, j1, mask)`` for every key block with a visible entry; mask None when nothing is masked."""
         for j0 in range(0, self.klen, self.block):
             j1 = min(j0 + self.block, self.klen)
-            mask = _block_mask(attn_mask, self.mlen, self.qlen, j0, j1, self.device)  # [L, Bk] | [B, L, Bk]
+            mask = block_mask(attn_mask, self.mlen, self.qlen, j0, j1, self.device)  # [L, Bk] | [B, L, Bk]
             if not bool(mask.all()):
                 yield j0 // self.block, j0, j1, (mask if bool(mask.any()) else None)
 

@@ -7,7 +7,7 @@ with ``K = M + L`` keys, memory first::
     p[i, :] = softmax of s[i, :] over the keys that query i may see
     out_i   = sum_j p[i, j] v_j                                                # [B, H, L, D]
 
-the same numbers as :func:`~transformer_xl.model.attention.rel_attn_score` followed by the masked
+the same numbers as :func:`~.relative.rel_attn_score` followed by the masked
 softmax of ``_AttentionBase._attend`` (without attention dropout). The visible keys are those of
 ``TransformerXL._attn_mask``:
 
@@ -115,7 +115,7 @@ if triton is not None and _HAS_GATHER:
     @triton.jit
     def _visible(offs_m, offs_n, kh_row, qlen, klen, mlen, window,
                  HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr):
-        """``[BLOCK, BLOCK]`` bool: query ``offs_m`` may attend key ``offs_n`` (as ``_attn_mask``)."""
+        """``[BLOCK, BLOCK]`` bool: query ``offs_m`` may attend key ``offs_n`` (the rule of :mod:`.visibility`)."""
         i = offs_m[:, None]
         j = offs_n[None, :]
         vis = (j <= mlen + i) & (j < klen) & (i < qlen)
