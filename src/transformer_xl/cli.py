@@ -19,13 +19,28 @@ sub-command with :func:`checks`), so that nothing is read, computed or written f
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
+import signal
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import torch
+
+from .convert import convert_checkpoint, convert_tf_checkpoint
+from .data import original_vocab, read_hf_vocab
 from .errors import ConfigError, TXLError
+from .evaluation import cli as evaluation_cli
+from .evaluation.cli import evaluate_checkpoint
+from .evaluation.speed import check_eval_speed_args, format_table, run_eval_speed
+from .generation import cli as generation_cli
+from .training import load_run_config, train
+from .training.config import builtin_config_names
+from .training.distributed import check_nproc, launch
+from .training.plot import plot_run
+from .training.signals import StopNow, exit_status
 
 COMMANDS: Dict[str, Callable[[argparse._SubParsersAction], None]] = {}
 
@@ -108,21 +123,16 @@ def add_convert(sub) -> None:
 
 
 def run_convert(args) -> int:
-    from .convert import convert_checkpoint, convert_tf_checkpoint
-    from .errors import ConfigError
-
     if args.vocab and args.vocab_from_corpus:
         raise ConfigError("--vocab and --vocab-from-corpus: give one of them")
     vocab = None
     if args.vocab:
-        from .data import read_hf_vocab
 
         if args.source != "hf":
             raise ConfigError("--vocab: a HuggingFace vocab.pkl goes with --from hf "
                               "(original and TensorFlow checkpoints: --vocab-from-corpus NAME --data-dir DIR)")
         vocab = read_hf_vocab(args.vocab)
     elif args.vocab_from_corpus:
-        from .data import original_vocab
 
         if not args.data_dir:
             raise ConfigError("--vocab-from-corpus: needs --data-dir DIR holding the corpus")
@@ -153,18 +163,12 @@ def add_train(sub) -> None:
 
 
 def _builtin_configs():
-    from .training.config import builtin_config_names
-
     return builtin_config_names()
 
 
 def run_train(args) -> int:
-    from .training import load_run_config, train
-    from .training.signals import StopNow, exit_status
-
     cfg = load_run_config(args.config, args.overrides, init_from=args.init_from)
     if args.nproc is not None and args.nproc != 1:  # the same command, without --nproc, in N processes under torchrun
-        from .training.distributed import check_nproc, launch
 
         check_nproc(args.nproc, cfg.train, args.resume)
         argv = (["-v"] if args.verbose else []) + ["train"] + (["--config", args.config] if args.config else []) \
@@ -189,8 +193,6 @@ def run_train(args) -> int:
 
 
 def _signum(name: str) -> int:
-    import signal
-
     return int(getattr(signal, name, signal.SIGINT))
 
 
@@ -234,10 +236,6 @@ def add_eval(sub) -> None:
 
 
 def run_eval(args) -> int:
-    import json
-
-    from .evaluation.cli import evaluate_checkpoint
-
     result, info = evaluate_checkpoint(args)
     if args.json:
         print(json.dumps({**result.to_dict(), **info}, sort_keys=True))
@@ -258,8 +256,6 @@ def add_plot(sub) -> None:
 
 
 def run_plot(args) -> int:
-    from .training.plot import plot_run
-
     print(f"wrote {plot_run(args.run_dir, args.out)}")
     return 0
 
@@ -291,7 +287,7 @@ def add_generate(sub) -> None:
                    help="how the memory moves (default: the checkpoint's): segment, every tgt_len tokens as in "
                         "training; sliding, the prompt as one segment and then one token per step, each seeing the "
                         "mem_len states before it (HuggingFace's generate; the default of converted HF models)")
-    p.set_defaults(func=lambda args: _generation_cli().run_generate(args),
+    p.set_defaults(func=lambda args: generation_cli.run_generate(args),
                    **checks(*_INFERENCE_CHECKS, at_least("--max-new-tokens", 1), positive("--temperature"),
                             at_least("--top-k", 0), ("--top-p", 0, 1, True), positive("--repetition-penalty"),
                             ("--seed", -(1 << 63), (1 << 64) - 1, False)))
@@ -306,13 +302,7 @@ def add_score(sub) -> None:
                    help="blank: documents are separated by blank lines (memory resets at each); none: one document")
     p.add_argument("--tokens", action="store_true", help="also print every token's log-probability")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=lambda args: _generation_cli().run_score(args), **checks(*_INFERENCE_CHECKS))
-
-
-def _generation_cli():
-    from .generation import cli
-
-    return cli
+    p.set_defaults(func=lambda args: generation_cli.run_score(args), **checks(*_INFERENCE_CHECKS))
 
 
 @command
@@ -332,14 +322,8 @@ def add_context(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--data-dir")
     p.add_argument("--device", default="auto")
-    p.set_defaults(func=lambda args: _context_cli().run_context(args),
+    p.set_defaults(func=lambda args: evaluation_cli.run_context(args),
                    **checks(at_least("--lengths", 1), at_least("--batch-size", 1), at_least("--max-tokens", 1)))
-
-
-def _context_cli():
-    from .evaluation import cli
-
-    return cli
 
 
 @command
@@ -362,10 +346,6 @@ def add_bench(sub) -> None:
 
 
 def run_bench_eval_speed(args) -> int:
-    import torch
-
-    from .evaluation.speed import check_eval_speed_args, format_table, run_eval_speed
-
     check_eval_speed_args(args.attn_lens, args.vanilla_tokens, args.xl_tokens, args.n_layer, args.d_model,
                           args.n_head, args.d_inner, args.plot)
     print(f"models: n_layer {args.n_layer}, d_model {args.d_model}, n_head {args.n_head}, d_inner {args.d_inner}, "

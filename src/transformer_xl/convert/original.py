@@ -26,7 +26,7 @@ import torch
 
 from ..errors import CheckpointError, ConfigError
 from ..model.config import TransformerXLConfig, read_json_object
-from ..model.io import describe_mismatch, load_into, load_safetensors, unique_state_dict
+from ..model.io import atomic_write, describe_mismatch, load_into, load_safetensors, unique_state_dict
 from ..model.transformer import TransformerXL
 from . import hf
 
@@ -183,7 +183,6 @@ def export_checkpoint(model: TransformerXL, out_dir, target: str = "hf") -> Path
     (``original``: the constructor arguments). Tied tensors are written under every name."""
     from safetensors.torch import save_file
 
-    from ..model.io import atomic_write
 
     state, args = export_state_dict(model, target)
     out = check_out_dir(out_dir)

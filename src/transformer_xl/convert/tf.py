@@ -34,7 +34,8 @@ import torch
 from ..errors import CheckpointError, ConfigError
 from ..model.config import TransformerXLConfig, read_json_object
 from ..model.transformer import TransformerXL
-from .original import convert_state_dict
+from ..training.config import builtin_config_names, load_run_config
+from .original import check_out_dir, convert_state_dict
 from .tf_checkpoint import TFCheckpoint, is_model_weight
 
 SCOPE = "transformer/"
@@ -122,8 +123,6 @@ def _cutoffs(value, n_token: Optional[int], origin: str) -> List[int]:
 
 
 def _flags_from_builtin(name: str) -> Dict:
-    from ..training.config import builtin_config_names, load_run_config
-
     if name not in builtin_config_names():
         raise ConfigError(f"--config: {name!r} is neither a JSON file nor a built-in config "
                           f"({', '.join(builtin_config_names())})")
@@ -359,7 +358,6 @@ def convert_tf_checkpoint(ckpt_prefix, flags, out_dir, vocab=None) -> Transforme
 
     ``vocab``: optional vocabulary (anything with ``save(dir)`` and ``len()``), checked against n_token.
     """
-    from .original import check_out_dir
 
     check_out_dir(out_dir)
     model = load_tf_model(ckpt_prefix, flags)

@@ -23,7 +23,6 @@ exactly to ``float32``; ``float16`` stays ``float16``.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple

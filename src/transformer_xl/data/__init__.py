@@ -26,15 +26,16 @@ from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_co
                      split_sizes)
 from .download import RemoteFile, download_file, verify_file
 from .hf_vocab import HFVocab, read_hf_vocab
-from .iterator import LMOrderedIterator
+from .iterator import LMOrderedIterator, align_labels
 from .original import ORIGINAL_CORPORA, original_vocab
 from .safe_pickle import load_plain_pickle
 from .stdlib import DEFAULT_CORPUS_BYTES
-from .vocab import ByteVocab, Tokenizer, Vocab, load_vocab
+from .vocab import ByteVocab, Tokenizer, Vocab
+from .vocab_files import load_vocab
 
 __all__ = [
     "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "HFVocab", "KNOWN_CORPORA", "LEVELS",
-    "LMOrderedIterator", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file",
+    "LMOrderedIterator", "align_labels", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file",
     "load_corpus", "load_default_corpus", "load_plain_pickle", "load_text_corpus", "load_vocab", "original_vocab",
     "read_hf_vocab", "split_sizes", "verify_file",
 ]

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, List, Union
+from typing import Any, BinaryIO, Callable, Iterator, List, Sequence, Union
 
 import numpy as np
 
@@ -185,3 +185,29 @@ def smallest_dtype(n_symbols: int) -> np.dtype:
     if n_symbols <= 1 << 31:
         return np.dtype(np.int32)
     return np.dtype(np.int64)
+
+
+TextInput = Union[str, bytes, Sequence[str]]
+
+
+def as_text(text_or_lines: TextInput) -> Union[str, bytes]:
+    """A str/bytes stays; a sequence of lines becomes ``'\\n'.join(lines)``."""
+    if isinstance(text_or_lines, (str, bytes, bytearray, memoryview)):
+        return bytes(text_or_lines) if isinstance(text_or_lines, (bytearray, memoryview)) else text_or_lines
+    items = list(text_or_lines)
+    if items and isinstance(items[0], (bytes, bytearray)):
+        return b"\n".join(bytes(x) for x in items)
+    return "\n".join(items)
+
+
+def ids_list(ids) -> List[int]:
+    """Any 1-D-able container of ids (list, numpy array, torch tensor) as a list of Python ints."""
+    if hasattr(ids, "detach"):
+        ids = ids.detach().cpu().numpy()
+    return np.asarray(ids, dtype=np.int64).reshape(-1).tolist()
+
+
+def resolve_save_path(path: PathLike, default_name: str) -> Path:
+    """``path`` itself when it ends with ``.json``, else ``path/default_name`` (``path`` is a directory)."""
+    p = Path(path)
+    return p if p.suffix == ".json" else p / default_name

@@ -15,8 +15,7 @@ from typing import Iterable, Iterator, List, Sequence
 import numpy as np
 
 from ..errors import DataError
-from ._io import PathLike, atomic_write_bytes
-from .vocab import TextInput, _as_text, _ids_list, _resolve_save_path
+from ._io import PathLike, TextInput, as_text, atomic_write_bytes, ids_list, resolve_save_path
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class BPETokenizer:
 
     def encode(self, text_or_lines: TextInput, dtype=np.int64) -> np.ndarray:
         """Ids ``[N]`` of a text (or of lines, joined with ``\\n``)."""
-        text = _as_text(text_or_lines)
+        text = as_text(text_or_lines)
         if isinstance(text, bytes):
             raise DataError("a BPE tokenizer encodes str, not bytes")
         pieces = _lines_keepends(text)
@@ -88,7 +87,7 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """Text of ``ids`` (partial UTF-8 sequences become U+FFFD)."""
-        values = _ids_list(ids)
+        values = ids_list(ids)
         bad = [i for i in values if not 0 <= i < len(self)]
         if bad:
             raise DataError(f"token id {bad[0]} is out of range for a BPE vocabulary of {len(self)} tokens")
@@ -100,7 +99,7 @@ class BPETokenizer:
 
     def save(self, path: PathLike) -> Path:
         """Write ``tokenizer.json`` (``path``: a ``.json`` file, or a directory)."""
-        target = _resolve_save_path(path, TOKENIZER_FILENAME)
+        target = resolve_save_path(path, TOKENIZER_FILENAME)
         return atomic_write_bytes(target, self.tokenizer.to_str(pretty=False).encode("utf-8"))
 
     @classmethod

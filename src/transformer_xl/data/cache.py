@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import DataError
 from ._io import PathLike, atomic_save_npy, atomic_write, atomic_write_json, load_npy, read_json, smallest_dtype, \
     stable_hash
+from .vocab_files import load_vocab
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,6 @@ def save_corpus(directory: Path, vocab, splits: Dict[str, SplitData], meta: Dict
 
 def load_corpus_files(directory: Path) -> Optional[Tuple[Any, Dict[str, np.ndarray], Dict[str, Any]]]:
     """``(vocab, {split: memmap}, meta)`` from a complete cache directory, or None when it is not there."""
-    from .vocab import load_vocab
 
     meta_path = directory / META_FILENAME
     if not meta_path.is_file():

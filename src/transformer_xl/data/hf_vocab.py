@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..errors import DataError
-from ._io import PathLike
+from ._io import PathLike, ids_list
 from .safe_pickle import InertObject, load_plain_pickle
-from .vocab import EOS, UNK_SYMBOLS, Vocab, _ids_list
+from .vocab import EOS, UNK_SYMBOLS, Vocab
 
 #: ``never_split`` of a TransfoXLTokenizer built with the default special tokens.
 DEFAULT_NEVER_SPLIT = ("<eos>", "<unk>", "<formula>")
@@ -152,7 +152,7 @@ class HFVocab(Vocab):
 
     def decode(self, ids) -> str:
         """Text of ``ids``: each ``<eos>``-terminated line detokenized and ended by a newline."""
-        syms = [self.get_sym(i) for i in _ids_list(ids)]
+        syms = [self.get_sym(i) for i in ids_list(ids)]
         out, line = [], []
         for s in syms:
             if s == EOS:

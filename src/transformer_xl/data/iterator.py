@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
+from ..model.transformer import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 
@@ -199,3 +200,10 @@ class LMOrderedIterator:
         return (f"LMOrderedIterator(batch_size={self.batch_size}, local={self.local_batch_size}, "
                 f"tgt_len={self.tgt_len}, ext_len={self.ext_len}, n_step={self.n_step}, varlen={self.varlen})")
 
+
+def align_labels(inp: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """Labels ``[B, L]`` for inputs ``[B, ext + L]``: the ``ext`` leading context positions get -100."""
+    ext = inp.size(1) - tgt.size(1)
+    if ext == 0:
+        return tgt
+    return torch.cat([tgt.new_full((tgt.size(0), ext), IGNORE_INDEX), tgt], dim=1)

@@ -22,7 +22,7 @@ import pickle
 import zipfile
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, Tuple
 
 from ..errors import DataError, TXLError
 from ._io import PathLike, check_file

@@ -28,8 +28,8 @@ from typing import Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, Un
 import numpy as np
 
 from ..errors import DataError
-from ._io import (PathLike, atomic_write_json, check_file, iter_lines, normalize_newlines, read_bytes, read_json,
-                  read_text, split_lines)
+from ._io import (PathLike, TextInput, as_text, atomic_write_json, check_file, ids_list, iter_lines, normalize_newlines,
+                  read_bytes, read_json, read_text, resolve_save_path, split_lines)
 from .safe_pickle import looks_like_pickle
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ DOUBLE_EOS = "<S>"
 UNK_SYMBOLS = ("<unk>", "<UNK>")
 LEVELS = ("word", "char", "byte")
 
-TextInput = Union[str, bytes, Sequence[str]]
 _ENCODE_CHUNK = 1 << 20  # symbols per int array chunk when encoding line by line
 
 
@@ -64,23 +63,6 @@ class Tokenizer(Protocol):
     def save(self, path: PathLike) -> Path: ...
 
 
-def _as_text(text_or_lines: TextInput) -> Union[str, bytes]:
-    """A str/bytes stays; a sequence of lines becomes ``'\\n'.join(lines)``."""
-    if isinstance(text_or_lines, (str, bytes, bytearray, memoryview)):
-        return bytes(text_or_lines) if isinstance(text_or_lines, (bytearray, memoryview)) else text_or_lines
-    items = list(text_or_lines)
-    if items and isinstance(items[0], (bytes, bytearray)):
-        return b"\n".join(bytes(x) for x in items)
-    return "\n".join(items)
-
-
-def _ids_list(ids) -> List[int]:
-    """Any 1-D-able container of ids (list, numpy array, torch tensor) as a list of Python ints."""
-    if hasattr(ids, "detach"):
-        ids = ids.detach().cpu().numpy()
-    return np.asarray(ids, dtype=np.int64).reshape(-1).tolist()
-
-
 def _first_seen_counts(codes: np.ndarray, chunk: int = 1 << 20) -> List[Tuple[int, int]]:
     """``(code, count)`` for each distinct non-negative code of ``codes [N]``, in order of first occurrence."""
     if codes.size == 0:
@@ -98,12 +80,6 @@ def _first_seen_counts(codes: np.ndarray, chunk: int = 1 << 20) -> List[Tuple[in
             order.append(int(code))
         seen[uniq] = True
     return [(c, int(counts[c])) for c in order]
-
-
-def _resolve_save_path(path: PathLike, default_name: str) -> Path:
-    """``path`` itself when it ends with ``.json``, else ``path/default_name`` (``path`` is a directory)."""
-    p = Path(path)
-    return p if p.suffix == ".json" else p / default_name
 
 
 class Vocab:
@@ -218,7 +194,7 @@ class Vocab:
     # ------------------------------------------------------------------ counting
     def count_text(self, text_or_lines: TextInput) -> None:
         """Add the symbols of a text (or sequence of lines) to the counts."""
-        text = _as_text(text_or_lines)
+        text = as_text(text_or_lines)
         if self.level == "word":
             if isinstance(text, bytes):
                 raise DataError("a word-level vocabulary counts str, not bytes")
@@ -367,7 +343,7 @@ class Vocab:
     def encode(self, text_or_lines: TextInput, dtype=np.int64) -> np.ndarray:
         """Ids ``[N]`` (int64 by default) of a text, or of a sequence of lines (= ``'\\n'.join(lines)``)."""
         self._check_built()
-        text = _as_text(text_or_lines)
+        text = as_text(text_or_lines)
         if self.level == "word":
             if isinstance(text, bytes):
                 raise DataError("a word-level vocabulary encodes str, not bytes")
@@ -387,7 +363,7 @@ class Vocab:
     def decode(self, ids) -> str:
         """Text of ``ids``: words joined by spaces, characters joined, bytes decoded as UTF-8 (errors replaced);
         the end-of-line symbol becomes a newline (lm1b: each run of ``<S>`` ends one line)."""
-        syms = [self.get_sym(i) for i in _ids_list(ids)]
+        syms = [self.get_sym(i) for i in ids_list(ids)]
         if self.level == "byte":
             return self._decode_bytes(syms)
         if self.level == "char":
@@ -445,15 +421,26 @@ class Vocab:
 
     def save(self, path: PathLike) -> Path:
         """Write the vocabulary as JSON to ``path`` (a ``.json`` file, or a directory: ``vocab.json`` in it)."""
-        return atomic_write_json(_resolve_save_path(path, VOCAB_FILENAME), self.to_dict())
+        return atomic_write_json(resolve_save_path(path, VOCAB_FILENAME), self.to_dict())
 
     @classmethod
     def load(cls, path: PathLike) -> "Vocab":
-        """Read a vocabulary saved by :meth:`save`."""
-        vocab = load_vocab(path)
-        if not isinstance(vocab, cls):
-            raise DataError(f"{path} holds a {vocab.kind} tokenizer, not a Vocab")
-        return vocab
+        """Read a vocabulary saved by :meth:`save` (a ``.json`` file, or a directory holding ``vocab.json``);
+        :func:`~transformer_xl.data.load_vocab` reads every kind of tokenizer."""
+        p = Path(path).expanduser()
+        p = p / VOCAB_FILENAME if p.is_dir() else p
+        if not p.is_file():
+            raise DataError(f"vocabulary not found: {p}")
+        if looks_like_pickle(p):
+            raise DataError(f"{p} is a pickle, which is never loaded directly; convert it with "
+                            f"`txl convert --from hf --vocab {p}`")
+        obj = read_json(p, "vocabulary file")
+        kind = obj.get("kind") if isinstance(obj, dict) and obj.get("format") == VOCAB_FORMAT else None
+        if kind != cls.kind:
+            raise DataError(f"{path} holds a {kind or 'foreign'} tokenizer, not a Vocab")
+        if obj.get("version", 0) > VOCAB_VERSION:
+            raise DataError(f"{p} was written by a newer transformer-xl (vocab format {obj['version']})")
+        return cls.from_dict(obj)
 
     def __repr__(self) -> str:
         return f"Vocab(level={self.level!r}, size={len(self)})"
@@ -470,7 +457,7 @@ class ByteVocab:
 
     def encode(self, text_or_lines: TextInput, dtype=np.int64) -> np.ndarray:
         """Ids ``[N]``: the bytes of ``text_or_lines`` (str is UTF-8 encoded; lines are joined with ``\\n``)."""
-        data = _as_text(text_or_lines)
+        data = as_text(text_or_lines)
         if isinstance(data, str):
             data = data.encode("utf-8")
         return np.frombuffer(data, dtype=np.uint8).astype(dtype)
@@ -481,7 +468,7 @@ class ByteVocab:
 
     def decode(self, ids) -> str:
         """The bytes ``ids`` decoded as UTF-8, undecodable sequences replaced by U+FFFD."""
-        values = _ids_list(ids)
+        values = ids_list(ids)
         bad = [i for i in values if not 0 <= i < 256]
         if bad:
             raise DataError(f"token id {bad[0]} is out of range for a byte vocabulary (0..255)")
@@ -494,56 +481,7 @@ class ByteVocab:
 
     def save(self, path: PathLike) -> Path:
         """Write ``{"kind": "bytes", ...}`` JSON (``path``: a ``.json`` file or a directory)."""
-        return atomic_write_json(_resolve_save_path(path, VOCAB_FILENAME), self.to_dict())
+        return atomic_write_json(resolve_save_path(path, VOCAB_FILENAME), self.to_dict())
 
     def __repr__(self) -> str:
         return "ByteVocab(size=256)"
-
-
-def _pickle_hint(path: Path) -> DataError:
-    return DataError(f"{path} is a pickle (HuggingFace's vocabulary format), which is never loaded directly; "
-                     f"convert it with `txl convert --from hf --vocab {path}` (or transformer_xl.data.read_hf_vocab)")
-
-
-def _load_json_tokenizer(path: Path) -> Tokenizer:
-    if looks_like_pickle(path):
-        raise _pickle_hint(path)
-    obj = read_json(path, "vocabulary file")
-    if isinstance(obj, dict) and obj.get("format") == VOCAB_FORMAT:
-        if obj.get("version", 0) > VOCAB_VERSION:
-            raise DataError(f"{path} was written by a newer transformer-xl (vocab format {obj['version']})")
-        if obj.get("kind") == ByteVocab.kind:
-            return ByteVocab()
-        if obj.get("kind") == Vocab.kind:
-            return Vocab.from_dict(obj)
-        if obj.get("kind") == "hf":
-            from .hf_vocab import HFVocab
-
-            return HFVocab.from_dict(obj)
-        raise DataError(f"{path}: unknown vocabulary kind {obj.get('kind')!r}")
-    if isinstance(obj, dict) and "model" in obj:
-        from .bpe import BPETokenizer
-
-        return BPETokenizer.load(path)
-    raise DataError(f"{path} is neither a transformer-xl vocabulary nor a tokenizers tokenizer.json")
-
-
-def load_vocab(dir_or_file: PathLike) -> Tokenizer:
-    """Restore a saved tokenizer: ``vocab.json`` (Vocab, HFVocab or ByteVocab) or ``tokenizer.json`` (BPE).
-
-    A directory is searched for ``vocab.json`` then ``tokenizer.json``. A pickle (HuggingFace's ``vocab.pkl``)
-    is refused with a line saying how to convert it.
-    """
-    p = Path(dir_or_file).expanduser()
-    if p.is_dir():
-        for name in (VOCAB_FILENAME, "tokenizer.json"):
-            if (p / name).is_file():
-                return _load_json_tokenizer(p / name)
-        for name in ("vocab.pkl", "vocab.bin"):
-            if (p / name).is_file() and looks_like_pickle(p / name):
-                raise _pickle_hint(p / name)
-        raise DataError(f"no vocab.json or tokenizer.json in {p}")
-    if not p.is_file():
-        raise DataError(f"vocabulary not found: {p}")
-    return _load_json_tokenizer(p)
-

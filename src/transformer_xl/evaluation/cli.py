@@ -8,10 +8,13 @@ own vocabulary: the only way to evaluate a converted checkpoint, which has no ru
 
 from __future__ import annotations
 
+import json
+import math
 import logging
 from pathlib import Path
 from typing import Tuple
 
+from ..data import load_vocab
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import choose_backend
@@ -22,6 +25,8 @@ from ..training.config import load_run_config
 from ..training.loop import RUN_CONFIG_NAME, autocast_dtype, load_data, resolve_device
 from .evaluate import EvalResult, evaluate
 from .vocab_data import EvalData, split_for_checkpoint
+from .context import context_losses, plot_context, recl
+from .figures import check_image_path
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +47,6 @@ def find_run_config(model_dir: Path) -> Path:
 
 
 def check_vocab(model_dir: Path, corpus) -> None:
-    from ..data import load_vocab
-
     saved = load_vocab(model_dir)
     if len(saved) != len(corpus.vocab) or saved.to_dict() != corpus.vocab.to_dict():
         raise DataError(f"{model_dir}: the checkpoint's vocabulary ({len(saved)} symbols) does not match the "
@@ -138,10 +141,7 @@ def _plan_eval_memory(config, args, lengths: dict, mode: str, device, n_tokens: 
 
 def run_context(args) -> int:
     """``txl context``: per-model curves of loss against context length, and RECL for a group."""
-    import json
 
-    from ..training.plot import check_image_path
-    from .context import context_losses, plot_context, recl
 
     names = args.names or [Path(c).resolve().name for c in args.checkpoints]
     if len(names) != len(args.checkpoints) or len(set(names)) != len(names):
@@ -190,7 +190,6 @@ def _plan_context_memory(config, batch_size: int, lengths, device) -> int:
 
 
 def _print_context_table(curves, lengths, metric: str) -> None:
-    import math
 
     print("| model | " + " | ".join(str(c) for c in lengths) + " |")
     print("|---|" + "---|" * len(lengths))

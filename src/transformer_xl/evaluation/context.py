@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from .figures import pyplot, save_figure
 from .token_losses import segment_losses, sliding_losses
 
 Losses = Mapping[int, np.ndarray]  # context length -> per-token losses [N], same tokens for every length
@@ -95,9 +96,8 @@ def recl(group: Mapping[str, Losses], lengths: Sequence[int], r: float = 0.1, th
 
 def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = "ppl") -> None:
     """Loss (as ppl or bpc) against context length, one line per model."""
-    from ..training.plot import _pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, curve in curves.items():
         xs = sorted(curve)

@@ -9,9 +9,11 @@ from typing import Optional
 
 import torch
 
+from ..data import LMOrderedIterator, align_labels
 from ..errors import ConfigError
 from ..model.transformer import IGNORE_INDEX
-from ..training.metrics import metric_name, metric_value
+from .metrics import metric_name, metric_value
+from .token_losses import sliding_losses
 
 
 @dataclass
@@ -51,9 +53,6 @@ def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, m
         return _evaluate_sliding(model, data, batch_size, tgt_len or model.tgt_len, level, max_steps, device)
     if mode != "segment":
         raise ConfigError(f"mode: must be 'segment' or 'sliding', got {mode!r}")
-    from ..data import LMOrderedIterator
-    from ..training.loop import align_labels
-
     device = device or next(model.parameters()).device
     tgt_len = tgt_len or model.tgt_len
     total, count, mems = 0.0, 0, None
@@ -88,8 +87,6 @@ def _all_reduce_sum(values, device):
 
 
 def _evaluate_sliding(model, data, batch_size, window, level, max_predictions, device) -> EvalResult:
-    from .token_losses import sliding_losses
-
     start = time.perf_counter()
     losses = sliding_losses(model, data, batch_size, window, max_tokens=max_predictions, device=device)
     seconds = time.perf_counter() - start

@@ -27,7 +27,11 @@ from typing import List, Optional, Sequence
 
 import torch
 
+from ..data import load_corpus
+from ..errors import ConfigError
 from ..model import TransformerXL, TransformerXLConfig
+from ..model.footprint import MARGIN, available_bytes, format_bytes, forward_footprint
+from .figures import check_image_path, pyplot, save_figure
 from .token_losses import segment_losses, sliding_losses
 
 
@@ -101,9 +105,7 @@ def format_table(rows: Sequence[SpeedRow]) -> str:
 
 
 def plot_speed(rows: Sequence[SpeedRow], path) -> None:
-    from ..training.plot import _pyplot, save_figure
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=120)
     xs = [r.attn_len for r in rows]
     ax.plot(xs, [r.speedup for r in rows], "o-", label="measured speed-up")
@@ -123,7 +125,6 @@ def plot_speed(rows: Sequence[SpeedRow], path) -> None:
 
 def default_tokens(n_tokens: int) -> torch.Tensor:
     """Real text to time on: the start of the built-in corpus' validation split."""
-    from ..data import load_corpus
 
     corpus = load_corpus("default")
     return torch.as_tensor(corpus.valid[:n_tokens].astype("int64"))
@@ -138,10 +139,6 @@ def check_eval_speed_args(attn_lens: Sequence[int], vanilla_tokens: int, xl_toke
                           d_model: int, n_head: int, d_inner: int, plot: Optional[str]) -> None:
     """Everything that can be checked before timing: the model shape, the text available, the memory
     the largest attention length needs, and the plot path. ConfigError/DataError naming the flag."""
-    from ..data import load_corpus
-    from ..errors import ConfigError
-    from ..model.footprint import available_bytes, forward_footprint, format_bytes, MARGIN
-    from ..training.plot import check_image_path
 
     if d_model % n_head:
         raise ConfigError(f"--n-head: {n_head} does not divide --d-model {d_model}")

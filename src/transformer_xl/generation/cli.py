@@ -20,7 +20,8 @@ from ..model.footprint import check_decoding_fits, plan_attention
 from ..training.loop import resolve_device
 from .generate import generate
 from .sampling import SamplingConfig
-from ..training.metrics import metric_value
+from ..data import load_vocab
+from ..evaluation.metrics import metric_value
 from .text import StreamDecoder, encode_prompt, score_ids, split_documents, symbols
 
 
@@ -28,8 +29,6 @@ log = logging.getLogger(__name__)
 
 
 def load_model_and_vocab(path, device="auto", tgt_len=None, mem_len=None):
-    from ..data import load_vocab
-
     model_dir = resolve_checkpoint(path)
     device = resolve_device(device)
     config = load_model_config(model_dir)

@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from safetensors.torch import save_file
 
+from .. import __version__
 from ..errors import CheckpointError, ConfigError
 from ..model.io import CONFIG_NAME, WEIGHTS_NAME, atomic_write, load_safetensors
 
@@ -134,7 +135,6 @@ def read_json(path: Path) -> Any:
 
 def save_model_tensors(directory: Path, config, tensors: Dict[str, torch.Tensor]) -> None:
     """The files of ``save_pretrained`` from full weights held apart from a module (e.g. gathered from FSDP shards)."""
-    from .. import __version__
 
     meta = {"format": "pt", "library": "transformer-xl", "version": __version__}
     atomic_write(Path(directory) / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata=meta))

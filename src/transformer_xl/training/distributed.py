@@ -34,6 +34,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ConfigError, TXLError
+from ..model.io import unique_state_dict
+from . import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +338,6 @@ def gather_rng(ctx: DistContext) -> Dict[str, torch.Tensor]:
 
 def restore_rng(ctx: DistContext, tensors: Dict[str, torch.Tensor], seed: int) -> None:
     """Set this rank's generators from a checkpoint; a rank the checkpoint has no state for is reseeded."""
-    from . import checkpoint as ckpt
 
     if not ctx.active:
         ckpt.set_rng_state(tensors)
@@ -360,7 +361,6 @@ def full_model_tensors(ctx: DistContext, model: torch.nn.Module) -> Optional[Dic
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from ..model.io import unique_state_dict
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not ctx.is_main:
@@ -410,7 +410,6 @@ def launch_command(nproc: int, argv: Sequence[str]) -> List[str]:
 
 def check_nproc(nproc: int, t, resume: bool) -> None:
     """Refuse a launch that could not start or resume, before starting any process."""
-    from . import checkpoint as ckpt
 
     if nproc < 1:
         raise ConfigError(f"--nproc: must be at least 1, got {nproc}")

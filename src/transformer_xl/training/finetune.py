@@ -20,6 +20,9 @@ from typing import Dict, Tuple
 
 import numpy as np
 
+from ..data import ByteVocab, Corpus, Vocab, load_corpus, load_vocab
+from ..data._io import check_file, normalize_newlines, smallest_dtype, split_lines
+from ..data.corpus import _user_parts
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model.config import TransformerXLConfig
 from . import checkpoint as ckpt
@@ -46,7 +49,6 @@ def resolve_init_dir(path) -> Path:
 
 def load_init_source(path) -> InitSource:
     """Config and vocabulary of an ``--init-from`` checkpoint (the weights are read later, into the model)."""
-    from ..data import load_vocab
 
     directory = resolve_init_dir(path)
     try:
@@ -92,7 +94,6 @@ def finetune_model_fields(requested: dict, base: TransformerXLConfig, source: Pa
 # ---------------------------------------------------------------------------- the data
 def encode_counting(vocab, text, what: str) -> Tuple[np.ndarray, int]:
     """Ids ``[N]`` of ``text`` under a fixed vocabulary and how many symbols became ``<unk>``."""
-    from ..data import Vocab
 
     if not isinstance(vocab, Vocab):  # bytes and byte-level BPE: nothing is ever unknown
         return np.asarray(vocab.encode(text), dtype=np.int64), 0
@@ -103,7 +104,6 @@ def encode_counting(vocab, text, what: str) -> Tuple[np.ndarray, int]:
         except DataError as exc:
             raise DataError(f"{what}: {exc} (the vocabulary of the --init-from checkpoint)") from None
         return ids, int((ids == unk).sum()) if unk is not None else 0
-    from ..data._io import normalize_newlines, split_lines
 
     table, ids, unknown = vocab.sym2idx, [], 0
     for line in split_lines(normalize_newlines(text)):
@@ -119,9 +119,6 @@ def encode_counting(vocab, text, what: str) -> Tuple[np.ndarray, int]:
 
 
 def _text_splits(data_cfg, vocab) -> Tuple[Dict[str, np.ndarray], int, int]:
-    from ..data._io import check_file
-    from ..data.corpus import _user_parts
-
     if not data_cfg.train_file:
         raise DataError("dataset 'text' needs --train-file PATH (and optionally --valid-file, --test-file)")
     paths = {"train": check_file(data_cfg.train_file, "train file"),
@@ -143,7 +140,6 @@ def _text_splits(data_cfg, vocab) -> Tuple[Dict[str, np.ndarray], int, int]:
 
 def _mapped_splits(data_cfg, vocab) -> Tuple[Dict[str, np.ndarray], int, int, str]:
     """A named corpus, its ids mapped symbol by symbol onto ``vocab``."""
-    from ..data import ByteVocab, Vocab, load_corpus
 
     corpus = load_corpus(data_cfg.dataset, data_dir=data_cfg.data_dir, cache_dir=data_cfg.cache_dir)
     source = corpus.vocab
@@ -172,8 +168,6 @@ def _mapped_splits(data_cfg, vocab) -> Tuple[Dict[str, np.ndarray], int, int, st
 
 def load_finetune_corpus(data_cfg, vocab, source: Path):
     """The run's corpus encoded with a fixed vocabulary (the ``--init-from`` checkpoint's)."""
-    from ..data import Corpus
-    from ..data._io import smallest_dtype
 
     if data_cfg.dataset == "text":
         splits, unknown, total = _text_splits(data_cfg, vocab)

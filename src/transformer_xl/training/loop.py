@@ -25,18 +25,21 @@ from typing import List, Optional
 import torch
 import yaml
 
+from ..data import LMOrderedIterator, align_labels, load_corpus, load_text_corpus, load_vocab
 from ..errors import CheckpointError, ConfigError, DataError, TXLError
+from ..evaluation import evaluate
+from ..evaluation.metrics import metric_name, metric_value
 from ..model import TransformerXL, TransformerXLConfig
-from ..model.io import WEIGHTS_NAME, load_into, load_safetensors
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
+from ..model.io import WEIGHTS_NAME, load_into, load_safetensors
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
 from . import distributed, finetune, preflight
-from .lock import LOCK_NAME, RunLock
 from .allocator import keep_cpu_memory
+from .lock import LOCK_NAME, RunLock
 from .config import RunConfig
-from .metrics import MetricsLogger, NullMetrics, metric_name, metric_value
+from .metrics import MetricsLogger, NullMetrics
 from .schedule import build_optimizer, lr_at, set_lr
 from .signals import stop_requests
 
@@ -110,12 +113,8 @@ def load_data(cfg: RunConfig, vocab_dir=None):
     A fine-tuning run (``train.init_from``) encodes it with the vocabulary of ``vocab_dir`` (default: the
     ``--init-from`` checkpoint's; a resumed run passes its own checkpoint), see :mod:`.finetune`.
     """
-    from ..data import load_corpus, load_text_corpus
-
     d = cfg.data
     if cfg.train.init_from:
-        from ..data import load_vocab
-
         source = finetune.resolve_init_dir(cfg.train.init_from) if vocab_dir is None else Path(vocab_dir)
         vocab = finetune.load_init_source(source).vocab if vocab_dir is None else load_vocab(source)
         return finetune.load_finetune_corpus(d, vocab, source)
@@ -288,8 +287,6 @@ class Trainer:
             self.lock = None
 
     def _new_iterator(self):
-        from ..data import LMOrderedIterator
-
         t, m = self.cfg.train, self.model.config
         return LMOrderedIterator(self.corpus.train, t.batch_size, m.tgt_len, ext_len=m.ext_len, device=self.device,
                                  varlen=t.varlen, seed=t.seed, rank=self.dist.rank, world_size=self.dist.world_size)
@@ -379,8 +376,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation and saving
     def evaluate(self, split: str = "valid", max_steps: Optional[int] = None):
-        from ..evaluation import evaluate
-
         e = self.cfg.eval
         data = getattr(self.corpus, split)
         # the ranks split the evaluation rows when they divide evenly; otherwise each reads them all
@@ -512,14 +507,6 @@ class Trainer:
         else:
             log.info(message)
         return is_best
-
-
-def align_labels(inp: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-    """Labels ``[B, L]`` for inputs ``[B, ext + L]``: the ``ext`` leading context positions get -100."""
-    ext = inp.size(1) - tgt.size(1)
-    if ext == 0:
-        return tgt
-    return torch.cat([tgt.new_full((tgt.size(0), ext), IGNORE_INDEX), tgt], dim=1)
 
 
 def _progress(t, initial: int):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -12,18 +11,6 @@ from ..errors import DataError
 from ..model.io import atomic_write
 
 log = logging.getLogger(__name__)
-
-
-def metric_name(level: str) -> str:
-    """'ppl' for word-level corpora, 'bpc' for character/byte-level ones, as the paper reports."""
-    return "ppl" if level in ("word", "bpe") else "bpc"
-
-
-def metric_value(loss: float, metric: str) -> float:
-    """Perplexity ``exp(loss)`` or bits per character ``loss / ln 2`` from a mean NLL in nats."""
-    if metric == "bpc":
-        return loss / math.log(2)
-    return math.exp(min(loss, 700.0))
 
 
 class MetricsLogger:

@@ -1,76 +1,20 @@
-"""``txl plot``: a run's training and validation loss curves as an image; shared figure helpers.
-
-Output paths are checked before anything is computed (:func:`check_image_path`) and figures are
-written to a temporary file in the same directory, then renamed (:func:`save_figure`), so that a
-failed write leaves neither a partial image nor a changed old one.
-"""
+"""``txl plot``: a run's training and validation loss curves as an image (figure helpers:
+:mod:`transformer_xl.evaluation.figures`)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
 from ..errors import DataError
+from ..evaluation.figures import check_image_path, pyplot, save_figure
 
 log = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise DataError("plotting needs matplotlib: pip install 'transformer-xl[plot]'") from None
-    return plt
-
-
-def check_image_path(path, flag: str = "--out") -> Path:
-    """``path`` as a Path, after checking that an image can be written there (else DataError naming ``flag``)."""
-    p = Path(path)
-    plt = _pyplot()
-    supported = plt.figure().canvas.get_supported_filetypes()
-    plt.close("all")
-    suffix = p.suffix.lower().lstrip(".")
-    if suffix not in supported:
-        raise DataError(f"{flag}: {p}: unsupported image type {p.suffix or '(no suffix)'}; "
-                        f"use .png, .pdf or .svg")
-    if p.is_dir():
-        raise DataError(f"{flag}: {p} is a directory")
-    parent = p.parent
-    if not parent.exists():
-        raise DataError(f"{flag}: {p}: directory {parent} does not exist")
-    if not parent.is_dir():
-        raise DataError(f"{flag}: {p}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise DataError(f"{flag}: {p}: permission denied")
-    return p
-
-
-def save_figure(fig, path, flag: str = "--out") -> Path:
-    """Write ``fig`` to ``path`` through a temporary file and a rename; DataError naming the path on failure."""
-    path = Path(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-        os.close(fd)
-        fig.savefig(tmp, format=path.suffix.lower().lstrip("."))
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise DataError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def read_loss_records(run_dir) -> List[dict]:
@@ -122,7 +66,7 @@ def plot_run(run_dir, out: Optional[str] = None) -> Path:
     curves = {split: [(r["step"], r["loss"]) for r in records if r.get("split") == split] for split in ("train", "valid")}
     if not any(curves.values()):
         raise DataError(f"{Path(run_dir) / METRICS_NAME}: no train or valid loss records to plot")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for split, style in (("train", "-"), ("valid", "o-")):
         if curves[split]:

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from ..data import LMOrderedIterator
 from ..errors import DataError, TXLError
 
 # what a full, read-only or unwritable disk raises while a run writes
@@ -131,7 +132,6 @@ def disk_writes(what: str, after: Union[str, Callable[[], str]] = ""):
 def check_split(data, what: str, batch_size: int, tgt_len: int, ext_len: int, world_size: int,
                 batch_flag: str) -> None:
     """A split must give every one of ``batch_size`` rows at least 2 tokens (one input, one target)."""
-    from ..data import LMOrderedIterator
 
     n = int(getattr(data, "size", len(data)))
     if n // batch_size < 2:

@@ -1,0 +1,66 @@
+"""Figure helpers shared by every plot (`txl plot`, `txl context --plot`, `txl bench eval-speed --plot`).
+
+Output paths are checked before anything is computed (:func:`check_image_path`) and figures are
+written to a temporary file in the same directory, then renamed (:func:`save_figure`), so that a
+failed write leaves neither a partial image nor a changed old one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import DataError
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg back-end (matplotlib is an optional extra, imported when a plot is made)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DataError("plotting needs matplotlib: pip install 'transformer-xl[plot]'") from None
+    return plt
+
+
+def check_image_path(path, flag: str = "--out") -> Path:
+    """``path`` as a Path, after checking that an image can be written there (else DataError naming ``flag``)."""
+    p = Path(path)
+    plt = pyplot()
+    supported = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    suffix = p.suffix.lower().lstrip(".")
+    if suffix not in supported:
+        raise DataError(f"{flag}: {p}: unsupported image type {p.suffix or '(no suffix)'}; "
+                        f"use .png, .pdf or .svg")
+    if p.is_dir():
+        raise DataError(f"{flag}: {p} is a directory")
+    parent = p.parent
+    if not parent.exists():
+        raise DataError(f"{flag}: {p}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise DataError(f"{flag}: {p}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise DataError(f"{flag}: {p}: permission denied")
+    return p
+
+
+def save_figure(fig, path, flag: str = "--out") -> Path:
+    """Write ``fig`` to ``path`` through a temporary file and a rename; DataError naming the path on failure."""
+    path = Path(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+        os.close(fd)
+        fig.savefig(tmp, format=path.suffix.lower().lstrip("."))
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise DataError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
