@@ -1,4 +1,4 @@
-"""Test 5: the adaptive log-softmax is a distribution; with no cutoffs it is a plain softmax."""
+"""The adaptive log-softmax is a distribution; with no cutoffs it is a plain softmax."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Test 1: the shift-trick score equals the paper's formula evaluated pair by pair."""
+"""The shift-trick score equals the paper's formula evaluated pair by pair."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Test 6: save/load is bit-exact; the converter round-trips original and HF naming; bad files
+"""Save/load is bit-exact; the converter round-trips original and HF naming; bad files
 get one clear error."""
 
 import json

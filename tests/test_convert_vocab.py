@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from test_data_support import require
+from data_fixtures import require
 from test_hf_compat import hf_model, save_hf
 from transformer_xl import TransformerXL, TransformerXLConfig
 from transformer_xl.cli import main

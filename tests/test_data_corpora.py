@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from test_data_support import require, shared_cache, ptb, wt2  # noqa: F401 (fixtures)
+from data_fixtures import require, shared_cache, ptb, wt2  # noqa: F401 (fixtures)
 from transformer_xl.data import (DEFAULT_CORPUS_BYTES, BPETokenizer, ByteVocab, Corpus, Vocab, load_corpus,
                                  load_default_corpus, load_text_corpus)
 

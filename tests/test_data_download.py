@@ -11,7 +11,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from test_data_support import closed_port_url, one_line, require, server, shared_cache  # noqa: F401 (fixtures)
+from data_fixtures import closed_port_url, one_line, require, server, shared_cache  # noqa: F401 (fixtures)
 from transformer_xl.data import RemoteFile, download_file, load_corpus
 from transformer_xl.data import corpus as corpus_module
 from transformer_xl.errors import DataError

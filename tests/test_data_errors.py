@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from test_data_support import one_line
+from data_fixtures import one_line
 from transformer_xl.data import KNOWN_CORPORA, load_corpus, load_text_corpus
 from transformer_xl.errors import DataError, TXLError
 

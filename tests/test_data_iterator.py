@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_data_support import one_line, ptb, shared_cache  # noqa: F401 (fixtures)
+from data_fixtures import one_line, ptb, shared_cache  # noqa: F401 (fixtures)
 from transformer_xl.data import LMOrderedIterator
 from transformer_xl.errors import DataError
 

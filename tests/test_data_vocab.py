@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from test_data_support import one_line
+from data_fixtures import one_line
 from transformer_xl.data import BPETokenizer, ByteVocab, Vocab, load_vocab
 from transformer_xl.errors import DataError
 

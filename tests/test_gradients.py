@@ -1,4 +1,4 @@
-"""Test 3: no gradient enters the memory; every parameter used receives one."""
+"""No gradient enters the memory; every parameter used receives one."""
 
 import pytest
 import torch

@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from test_data_support import one_line
+from data_fixtures import one_line
 from transformer_xl.data import HFVocab, Vocab, load_plain_pickle, load_vocab, read_hf_vocab
 from transformer_xl.errors import DataError
 from transformer_xl.generation.text import StreamDecoder, encode_prompt

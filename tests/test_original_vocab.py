@@ -16,7 +16,7 @@ from typing import List, Sequence
 
 import pytest
 
-from test_data_support import one_line, ptb, require, shared_cache, wt2  # noqa: F401 (fixtures)
+from data_fixtures import one_line, ptb, require, shared_cache, wt2  # noqa: F401 (fixtures)
 from transformer_xl.data import ORIGINAL_CORPORA, load_corpus, original_vocab
 from transformer_xl.errors import DataError
 

@@ -1,4 +1,4 @@
-"""Tests 2 and 4: segment + memory equals one long causal pass; token-by-token equals a segment."""
+"""Segment + memory equals one long causal pass; token-by-token equals a segment."""
 
 import pytest
 import torch

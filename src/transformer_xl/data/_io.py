@@ -107,15 +107,6 @@ def read_bytes(path: PathLike) -> bytes:
     return Path(path).read_bytes()
 
 
-def file_digest(path: PathLike, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
-    """Hex digest of a file's bytes."""
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fingerprint(path: PathLike) -> dict:
     """What identifies a version of a file for the cache: resolved path, size and mtime (ns)."""
     p = Path(path).resolve()

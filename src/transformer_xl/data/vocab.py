@@ -270,11 +270,6 @@ class Vocab:
                 return self.sym2idx[sym]
         return None
 
-    @property
-    def eos_idx(self) -> Optional[int]:
-        """Id of the end-of-line symbol (``<eos>``, or ``<S>`` with double eos), None if absent."""
-        return self.sym2idx.get(DOUBLE_EOS if self.add_double_eos else EOS)
-
     def get_idx(self, sym: str) -> int:
         """Id of ``sym``; unknown symbols map to ``<unk>`` if present, else DataError."""
         idx = self.sym2idx.get(sym)

@@ -9,8 +9,8 @@ own vocabulary: the only way to evaluate a converted checkpoint, which has no ru
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 from pathlib import Path
 from typing import Tuple
 
