@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from transformer_xl import cli
+from transformer_xl.cli import plot as plot_command
 from transformer_xl.convert import export_state_dict
 from transformer_xl.data import Vocab
 from transformer_xl.model import TransformerXL, TransformerXLConfig
@@ -271,7 +272,7 @@ def test_guard_unexpected_exception_one_line_or_traceback_with_debug(capsys, std
     def boom(args):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(cli, "run_plot", boom)
+    monkeypatch.setattr(plot_command, "run_plot", boom)
     monkeypatch.delenv("TXL_DEBUG", raising=False)
     assert cli.main(["plot", "anything"]) == 1
     err = capsys.readouterr().err
@@ -282,9 +283,9 @@ def test_guard_unexpected_exception_one_line_or_traceback_with_debug(capsys, std
 
 
 def test_guard_in_a_real_process():
-    code = ("import sys\nfrom transformer_xl import cli\n"
+    code = ("import sys\nfrom transformer_xl import cli\nfrom transformer_xl.cli import plot\n"
             "def boom(args):\n    raise KeyError('oops')\n"
-            "cli.run_plot = boom\nsys.exit(cli.main(['plot', 'x']))\n")
+            "plot.run_plot = boom\nsys.exit(cli.main(['plot', 'x']))\n")
     proc = _python(None, code=code)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "KeyError: 'oops'" in proc.stderr and "TXL_DEBUG=1" in proc.stderr  # TXL_DEBUG=1: tested in-process
@@ -298,7 +299,7 @@ def test_write_errors_are_one_line_naming_the_path(errno_name, capsys, stderr_lo
         code = getattr(errno, errno_name)
         raise OSError(code, os.strerror(code), "/runs/r/checkpoints/step_5/model.safetensors")
 
-    monkeypatch.setattr(cli, "run_plot", fail)
+    monkeypatch.setattr(plot_command, "run_plot", fail)
     assert cli.main(["plot", "anything"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1

@@ -1,3 +1,3 @@
-from .evaluate import EvalResult, evaluate
+from .evaluate import EvalResult, EvalSettings, evaluate
 
-__all__ = ["EvalResult", "evaluate"]
+__all__ = ["EvalResult", "EvalSettings", "evaluate"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 import torch
 
@@ -32,50 +32,74 @@ class EvalResult:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
 
 
-@torch.no_grad()
-def evaluate(model, data, batch_size: int = 10, tgt_len: Optional[int] = None, mem_len: Optional[int] = None,
-             ext_len: Optional[int] = None, clamp_len: Optional[int] = None, same_length: Optional[bool] = None,
-             level: str = "word", max_steps: Optional[int] = None, device=None, autocast_dtype=None,
-             mode: str = "segment", rank: int = 0, world_size: int = 1) -> EvalResult:
-    """Mean per-token loss of ``model`` on the 1-D token array ``data``.
+@dataclass
+class EvalSettings:
+    """How to read a split. Lengths left None take the model's (training) values.
 
-    The stream is cut into ``batch_size`` contiguous rows. ``mode='segment'`` reads them segment by
-    segment with memory, as the paper's code does; ``mode='sliding'`` is the vanilla Transformer's
-    evaluation: each prediction runs a fresh window of ``tgt_len`` tokens, then the window moves by
-    one (``max_steps`` then counts predictions per row). Lengths default to the model's training
-    values; the model's own run-time lengths are restored afterwards.
-
-    In a distributed run (``world_size > 1``, process group initialised, segment mode) each rank reads
-    its ``batch_size / world_size`` rows; the summed losses and token counts are all-reduced, so every
-    rank returns the result of reading all rows.
+    ``mode="segment"`` reads the ``batch_size`` rows segment by segment with memory, as the paper's code does;
+    ``mode="sliding"`` is the vanilla Transformer's evaluation: each prediction runs a fresh window of
+    ``tgt_len`` tokens, then the window moves by one (``max_steps`` then counts predictions per row).
+    ``level`` picks the metric (ppl for words, bpc for characters and bytes). With ``world_size > 1`` (process
+    group initialised, segment mode) each rank reads its ``batch_size / world_size`` rows.
     """
-    if mode == "sliding":
-        return _evaluate_sliding(model, data, batch_size, tgt_len or model.tgt_len, level, max_steps, device)
-    if mode != "segment":
-        raise ConfigError(f"mode: must be 'segment' or 'sliding', got {mode!r}")
-    device = device or next(model.parameters()).device
-    tgt_len = tgt_len or model.tgt_len
-    total, count, mems = 0.0, 0, None
+
+    batch_size: int = 10
+    tgt_len: Optional[int] = None
+    mem_len: Optional[int] = None
+    ext_len: Optional[int] = None
+    clamp_len: Optional[int] = None
+    same_length: Optional[bool] = None
+    level: str = "word"
+    max_steps: Optional[int] = None
+    mode: str = "segment"
+    device: Any = None
+    autocast_dtype: Any = None
+    rank: int = 0
+    world_size: int = 1
+
+
+@torch.no_grad()
+def evaluate(model, data, settings: Optional[EvalSettings] = None, **fields) -> EvalResult:
+    """Mean per-token loss of ``model`` on the 1-D token array ``data``, read as ``settings`` says (or its
+    fields given as keywords). The model's own run-time lengths are restored afterwards. In a distributed run
+    the summed losses and token counts are all-reduced, so every rank returns the result of reading all rows.
+    """
+    if settings is not None and fields:
+        raise ConfigError(f"evaluate: give EvalSettings or its fields, not both ({', '.join(fields)})")
+    cfg = settings or EvalSettings(**fields)
+    if cfg.mode == "sliding":
+        return _evaluate_sliding(model, data, cfg.batch_size, cfg.tgt_len or model.tgt_len, cfg.level, cfg.max_steps,
+                                 cfg.device)
+    if cfg.mode != "segment":
+        raise ConfigError(f"mode: must be 'segment' or 'sliding', got {cfg.mode!r}")
+    device = cfg.device or next(model.parameters()).device
     start = time.perf_counter()
-    with model.inference(tgt_len, ext_len, mem_len, clamp_len, same_length):
-        iterator = LMOrderedIterator(data, batch_size, tgt_len, ext_len=model.ext_len, device=device, rank=rank,
-                                     world_size=world_size)
-        for step, (inp, tgt, _) in enumerate(iterator):
-            if max_steps is not None and step >= max_steps:
-                break
-            tgt = align_labels(inp, tgt)
-            with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype,
-                                enabled=autocast_dtype is not None):
-                out = model(inp, tgt, mems=mems)
-            mems = out.mems
-            total += float(out.losses.double().sum())  # ignored positions (-100) contribute 0
-            count += int((tgt != IGNORE_INDEX).sum())
-    if world_size > 1:
+    with model.inference(cfg.tgt_len or model.tgt_len, cfg.ext_len, cfg.mem_len, cfg.clamp_len, cfg.same_length):
+        iterator = LMOrderedIterator(data, cfg.batch_size, model.tgt_len, ext_len=model.ext_len, device=device,
+                                     rank=cfg.rank, world_size=cfg.world_size)
+        total, count = _segment_losses(model, iterator, cfg.max_steps, device, cfg.autocast_dtype)
+    if cfg.world_size > 1:
         total, count = _all_reduce_sum([total, count], device)
     seconds = time.perf_counter() - start
     loss = total / max(count, 1)
-    metric = metric_name(level)
+    metric = metric_name(cfg.level)
     return EvalResult(loss=loss, tokens=int(count), seconds=seconds, metric=metric, value=metric_value(loss, metric))
+
+
+def _segment_losses(model, iterator, max_steps, device, autocast_dtype) -> Tuple[float, int]:
+    """Summed loss (float64) and token count over the iterator's segments, memory carried from each to the next."""
+    total, count, mems = 0.0, 0, None
+    for step, (inp, tgt, _) in enumerate(iterator):
+        if max_steps is not None and step >= max_steps:
+            break
+        tgt = align_labels(inp, tgt)
+        with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype,
+                            enabled=autocast_dtype is not None):
+            out = model(inp, tgt, mems=mems)
+        mems = out.mems
+        total += float(out.losses.double().sum())  # ignored positions (-100) contribute 0
+        count += int((tgt != IGNORE_INDEX).sum())
+    return total, count
 
 
 def _all_reduce_sum(values, device):

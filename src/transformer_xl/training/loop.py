@@ -27,7 +27,7 @@ import yaml
 
 from ..data import LMOrderedIterator, align_labels, load_corpus, load_text_corpus, load_vocab
 from ..errors import CheckpointError, ConfigError, DataError, TXLError
-from ..evaluation import evaluate
+from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import choose_backend
@@ -321,14 +321,7 @@ class Trainer:
         except (ValueError, KeyError, IndexError, RuntimeError) as exc:
             raise CheckpointError(f"{directory}: optimizer state does not match this model "
                                   f"({' '.join(str(exc).split())})") from None
-        self.step = state["step"]
-        self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
-        self.best_step = state.get("best_step")
-        self._legacy_best = "best_step" not in state  # written before best_step was kept: leave best/ alone
-        self.elapsed_before = state.get("elapsed", 0.0)
-        self.iterator.load_state_dict(state["data"])
-        if state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
+        self.load_state_dict(state)
         self.chunk_mems = ckpt.mems_from_tensors(tensors, t.batch_size, self.dist.rows(t.batch_size), t.batch_chunk,
                                                  self.device)
         distributed.restore_rng(self.dist, tensors, t.seed)
@@ -380,19 +373,33 @@ class Trainer:
         data = getattr(self.corpus, split)
         # the ranks split the evaluation rows when they divide evenly; otherwise each reads them all
         split_rows = e.batch_size % self.dist.world_size == 0
-        return evaluate(self.model, data, batch_size=e.batch_size, tgt_len=e.tgt_len, mem_len=e.mem_len,
-                        ext_len=e.ext_len, clamp_len=e.clamp_len, same_length=e.same_length, level=self.corpus.level,
-                        max_steps=max_steps if max_steps is not None else e.max_steps, device=self.device,
-                        autocast_dtype=self.amp_dtype, rank=self.dist.rank if split_rows else 0,
-                        world_size=self.dist.world_size if split_rows else 1)
+        return evaluate(self.model, data, EvalSettings(
+            batch_size=e.batch_size, tgt_len=e.tgt_len, mem_len=e.mem_len, ext_len=e.ext_len, clamp_len=e.clamp_len,
+            same_length=e.same_length, level=self.corpus.level,
+            max_steps=max_steps if max_steps is not None else e.max_steps, device=self.device,
+            autocast_dtype=self.amp_dtype, rank=self.dist.rank if split_rows else 0,
+            world_size=self.dist.world_size if split_rows else 1))
 
-    def _trainer_state(self, elapsed: float) -> dict:
+    def state_dict(self, elapsed: float) -> dict:
+        """The trainer's own state (``trainer_state.json``): step, data position, best and last validation,
+        elapsed time, grad-scaler state, and what the resume checks compare (vocabulary size, world size)."""
         return {"step": self.step, "epoch": self.epoch, "data": self.iterator.state_dict(),
                 "best_valid": self.best_valid, "best_step": self.best_step, "last_valid": self.last_valid,
                 "elapsed": elapsed,
                 "vocab_size": len(self.corpus.vocab), "metric": self.metric,
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "world_size": self.dist.world_size, "parallel": self.dist.parallel if self.dist.active else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` wrote (the model, optimiser, memory and RNG are restored apart)."""
+        self.step = state["step"]
+        self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
+        self.best_step = state.get("best_step")
+        self._legacy_best = "best_step" not in state  # written before best_step was kept: leave best/ alone
+        self.elapsed_before = state.get("elapsed", 0.0)
+        self.iterator.load_state_dict(state["data"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
 
     def _write_extra(self, directory: Path) -> None:
         self.corpus.vocab.save(directory)
@@ -409,7 +416,7 @@ class Trainer:
             with preflight.disk_writes(f"checkpoint step {self.step} in {self.run_dir / 'checkpoints'}",
                                        self._intact_hint):
                 path = ckpt.save_checkpoint(self.run_dir, self.step, self._model_writer(weights), optimizer_state,
-                                            self._trainer_state(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
+                                            self.state_dict(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
                                             self._write_extra, self.cfg.train.keep_checkpoints)
                 if is_best:
                     ckpt.copy_as_best(path, self.run_dir, info={"step": self.step, "valid_loss": self.best_valid})

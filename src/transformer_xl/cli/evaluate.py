@@ -1,5 +1,4 @@
-"""What ``txl eval`` and ``txl context`` do, as functions: find the checkpoint, get its corpus, check that
-the lengths fit in memory, evaluate.
+"""``txl eval``: find the checkpoint, get its corpus, check that the lengths fit in memory, evaluate.
 
 The corpus is the run's (from ``run.yaml`` beside the checkpoint), or one the user names
 (``--dataset NAME --data-dir DIR``, or ``--dataset text --test-file FILE``) encoded with the checkpoint's
@@ -10,58 +9,78 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Tuple
 
-from ..data import load_vocab
+
 from ..errors import CheckpointError, ConfigError, DataError
+from ..evaluation import EvalResult, evaluate
+from ..evaluation.vocab_data import EvalData, split_for_checkpoint
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
-from ..training import checkpoint as ckpt
+from ..training import load_run_config
 from ..training.allocator import keep_cpu_memory
-from ..training.config import load_run_config
-from ..training.loop import RUN_CONFIG_NAME, autocast_dtype, load_data, resolve_device
-from .evaluate import EvalResult, evaluate
-from .vocab_data import EvalData, split_for_checkpoint
-from .context import context_losses, plot_context, recl
-from .figures import check_image_path
+from ..training.loop import autocast_dtype, load_data, resolve_device
+from .common import check_vocab, find_run_config, load_model_config, resolve_checkpoint
+from .options import at_least, checks, command
+
 
 log = logging.getLogger(__name__)
+
 
 SLIDING_WINDOWS_PER_CALL = 64  # windows one forward pass of the sliding evaluation runs (token_losses.py)
 
 
-def resolve_checkpoint(path) -> Path:
-    """A model directory: the path itself, or a run's ``best/``, or its last checkpoint."""
-    return ckpt.resolve_model_dir(path)
+@command
+def add_eval(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a run or checkpoint on a split (loss, ppl or bpc, tokens/s)")
+    p.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT", help="a run directory (uses best/, else the last "
+                                                                   "checkpoint) or a checkpoint directory")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--mode", default="segment", choices=["segment", "sliding"],
+                   help="segment: segments with memory (Transformer-XL); sliding: a fresh window of --tgt-len "
+                        "tokens for every prediction, moved by one (the vanilla Transformer's evaluation)")
+    p.add_argument("--tgt-len", type=int, help="segment length, or the window with --mode sliding (default: training value)")
+    p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
+    p.add_argument("--ext-len", type=int, help="extended context length (default: training value)")
+    p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: training value)")
+    p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--max-steps", type=int, help="evaluate only the first N segments (with --mode sliding: N predictions per row)")
+    p.add_argument("--dataset", help="the corpus to evaluate on, encoded with the checkpoint's vocabulary: a named "
+                                     "corpus (with --data-dir), or 'text' with --test-file/--valid-file/--train-file "
+                                     "(default: the run's corpus, from run.yaml)")
+    p.add_argument("--data-dir", help="local copy of the corpus (default: the run's)")
+    p.add_argument("--test-file", help="with --dataset text: the file evaluated by --split test")
+    p.add_argument("--valid-file", help="with --dataset text: the file evaluated by --split valid")
+    p.add_argument("--train-file", help="with --dataset text: the file evaluated by --split train")
+    p.add_argument("--cache-dir", help="corpus cache (default: $TXL_CACHE_DIR or ~/.cache/transformer-xl)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="autocast precision of the forward passes (fp16 needs a GPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays off on long evaluations)")
+    p.add_argument("--attn-chunk", type=int, default=0, metavar="N",
+                   help="memory-efficient attention (attn_type 0): keys streamed N at a time (e.g. 256), so peak "
+                        "memory no longer grows with --mem-len; same results")
+    p.add_argument("--fused-attention", action="store_true",
+                   help="the fused Triton attention kernel (CUDA with triton installed; elsewhere the plain path)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_eval, **checks(at_least("--tgt-len", 1), at_least("--mem-len", 0),
+                                           at_least("--ext-len", 0), at_least("--clamp-len", -1),
+                                           at_least("--batch-size", 1), at_least("--max-steps", 1)))
 
 
-def find_run_config(model_dir: Path) -> Path:
-    for candidate in (model_dir / RUN_CONFIG_NAME, model_dir.parent / RUN_CONFIG_NAME,
-                      model_dir.parent.parent / RUN_CONFIG_NAME):
-        if candidate.is_file():
-            return candidate
-    raise CheckpointError(f"{model_dir}: no {RUN_CONFIG_NAME} beside the checkpoint, so its corpus is unknown")
-
-
-def check_vocab(model_dir: Path, corpus) -> None:
-    saved = load_vocab(model_dir)
-    if len(saved) != len(corpus.vocab) or saved.to_dict() != corpus.vocab.to_dict():
-        raise DataError(f"{model_dir}: the checkpoint's vocabulary ({len(saved)} symbols) does not match the "
-                        f"corpus' ({len(corpus.vocab)} symbols)")
-
-
-def load_model_config(model_dir: Path) -> TransformerXLConfig:
-    """The checkpoint's config.json, read without loading the weights."""
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{model_dir}: not a transformer-xl checkpoint (no config.json)")
-    try:
-        return TransformerXLConfig.from_json_file(path)
-    except ConfigError as exc:
-        raise CheckpointError(f"{path}: {exc}") from None
+def run_eval(args) -> int:
+    result, info = evaluate_checkpoint(args)
+    if args.json:
+        print(json.dumps({**result.to_dict(), **info}, sort_keys=True))
+    else:
+        print(f"{info['split']} ({info['mode']}): loss {result.loss:.4f} | {result.metric} {result.value:.4f} | "
+              f"{result.tokens:,} tokens in {result.seconds:.1f} s ({result.tokens_per_s:,.0f} tokens/s) | "
+              f"tgt_len {info['tgt_len']} mem_len {info['mem_len']} clamp_len {info['clamp_len']} "
+              f"same_length {info['same_length']}")
+    return 0
 
 
 def _eval_lengths(config: TransformerXLConfig, args) -> dict:
@@ -137,62 +156,3 @@ def _plan_eval_memory(config, args, lengths: dict, mode: str, device, n_tokens: 
     if note and n_tokens:  # said once, with the data counted
         log.warning(note)
     return chunk
-
-
-def run_context(args) -> int:
-    """``txl context``: per-model curves of loss against context length, and RECL for a group."""
-
-
-    names = args.names or [Path(c).resolve().name for c in args.checkpoints]
-    if len(names) != len(args.checkpoints) or len(set(names)) != len(names):
-        raise DataError("--names: give one distinct name per checkpoint")
-    check_image_path(args.plot, "--plot")
-    device = resolve_device(args.device)
-    model_dirs = [resolve_checkpoint(path) for path in args.checkpoints]
-    group, curves, metric = {}, {}, "ppl"
-    for name, model_dir in zip(names, model_dirs):
-        overrides = ["--data-dir", args.data_dir] if args.data_dir else []
-        cfg = load_run_config(str(find_run_config(model_dir)), overrides)
-        config = load_model_config(model_dir)
-        chunk = _plan_context_memory(config, args.batch_size, args.lengths, device)
-        model = TransformerXL.from_pretrained(model_dir, map_location=device)
-        model.set_attention(*choose_backend(chunk))
-        corpus = load_data(cfg, vocab_dir=model_dir if cfg.train.init_from else None)
-        check_vocab(model_dir, corpus)
-        metric = corpus.metric
-        group[name] = context_losses(model, corpus.split(args.split), args.lengths, args.batch_size, args.max_tokens)
-        curves[name] = {c: float(v.mean()) for c, v in group[name].items()}
-    plot_context(curves, args.plot, metric)
-    result = {"lengths": sorted(args.lengths), "loss": curves, "plot": args.plot}
-    if len(group) >= 2:
-        result["recl"] = {f"r={r}": {n: str(v) for n, v in recl(group, args.lengths, r=r).items()} for r in (0.1, 1.0)}
-    if args.json:
-        print(json.dumps(result, sort_keys=True))
-        return 0
-    _print_context_table(curves, sorted(args.lengths), metric)
-    for key, values in result.get("recl", {}).items():
-        print(f"RECL ({key}): " + ", ".join(f"{n} {v}" for n, v in values.items()))
-    print(f"wrote {args.plot}")
-    return 0
-
-
-def _plan_context_memory(config, batch_size: int, lengths, device) -> int:
-    """As :func:`_plan_eval_memory`, for the longest context length (see :func:`.context.context_losses`)."""
-    c = max(lengths)
-    if config.attn_type == 0 or config.mem_len > 0:
-        batch, seg, mem = batch_size, min(config.tgt_len, c), c
-    else:
-        batch, seg, mem = batch_size * SLIDING_WINDOWS_PER_CALL, c, 0
-    chunk, note = plan_attention(config, batch, seg, mem, device)
-    if note:
-        log.warning(note)
-    return chunk
-
-
-def _print_context_table(curves, lengths, metric: str) -> None:
-
-    print("| model | " + " | ".join(str(c) for c in lengths) + " |")
-    print("|---|" + "---|" * len(lengths))
-    for name, curve in curves.items():
-        values = [math.exp(curve[c]) if metric == "ppl" else curve[c] / math.log(2) for c in lengths]
-        print(f"| {name} ({metric}) | " + " | ".join(f"{v:.2f}" for v in values) + " |")

@@ -1,0 +1,105 @@
+"""``txl context``: loss against context length, and RECL for two or more models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+
+from ..errors import DataError
+from ..evaluation.context import context_losses, plot_context, recl
+from ..evaluation.figures import check_image_path
+from ..model import TransformerXL
+from ..model.attention import choose_backend
+from ..model.footprint import plan_attention
+from ..training import load_run_config
+from ..training.loop import load_data, resolve_device
+from .common import check_vocab, find_run_config, load_model_config, resolve_checkpoint
+from .evaluate import SLIDING_WINDOWS_PER_CALL
+from .options import at_least, checks, command
+
+
+log = logging.getLogger(__name__)
+
+
+@command
+def add_context(sub) -> None:
+    p = sub.add_parser("context", help="loss against context length; RECL for two or more models",
+                       description="Evaluate each model at increasing context lengths (Transformer-XL: memory with "
+                                   "same_length; models without memory: sliding windows), plot loss against context "
+                                   "length, and with two or more models compute the paper's Relative Effective "
+                                   "Context Length (r=0.1 and r=1).")
+    p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="run or checkpoint directories")
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    p.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=500, help="predictions per row (default 500)")
+    p.add_argument("--names", nargs="*", help="labels for the models (default: directory names)")
+    p.add_argument("--plot", help="PNG path (default: context.png in the current directory)", default="context.png")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=run_context,
+                   **checks(at_least("--lengths", 1), at_least("--batch-size", 1), at_least("--max-tokens", 1)))
+
+
+def run_context(args) -> int:
+    """``txl context``: per-model curves of loss against context length, and RECL for a group."""
+
+
+    names = args.names or [Path(c).resolve().name for c in args.checkpoints]
+    if len(names) != len(args.checkpoints) or len(set(names)) != len(names):
+        raise DataError("--names: give one distinct name per checkpoint")
+    check_image_path(args.plot, "--plot")
+    device = resolve_device(args.device)
+    model_dirs = [resolve_checkpoint(path) for path in args.checkpoints]
+    group, curves, metric = {}, {}, "ppl"
+    for name, model_dir in zip(names, model_dirs):
+        overrides = ["--data-dir", args.data_dir] if args.data_dir else []
+        cfg = load_run_config(str(find_run_config(model_dir)), overrides)
+        config = load_model_config(model_dir)
+        chunk = _plan_context_memory(config, args.batch_size, args.lengths, device)
+        model = TransformerXL.from_pretrained(model_dir, map_location=device)
+        model.set_attention(*choose_backend(chunk))
+        corpus = load_data(cfg, vocab_dir=model_dir if cfg.train.init_from else None)
+        check_vocab(model_dir, corpus)
+        metric = corpus.metric
+        group[name] = context_losses(model, corpus.split(args.split), args.lengths, args.batch_size, args.max_tokens)
+        curves[name] = {c: float(v.mean()) for c, v in group[name].items()}
+    plot_context(curves, args.plot, metric)
+    result = {"lengths": sorted(args.lengths), "loss": curves, "plot": args.plot}
+    if len(group) >= 2:
+        result["recl"] = {f"r={r}": {n: str(v) for n, v in recl(group, args.lengths, r=r).items()} for r in (0.1, 1.0)}
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return 0
+    _print_context_table(curves, sorted(args.lengths), metric)
+    for key, values in result.get("recl", {}).items():
+        print(f"RECL ({key}): " + ", ".join(f"{n} {v}" for n, v in values.items()))
+    print(f"wrote {args.plot}")
+    return 0
+
+
+def _plan_context_memory(config, batch_size: int, lengths, device) -> int:
+    """As :func:`_plan_eval_memory`, for the longest context length (see :func:`.context.context_losses`)."""
+    c = max(lengths)
+    if config.attn_type == 0 or config.mem_len > 0:
+        batch, seg, mem = batch_size, min(config.tgt_len, c), c
+    else:
+        batch, seg, mem = batch_size * SLIDING_WINDOWS_PER_CALL, c, 0
+    chunk, note = plan_attention(config, batch, seg, mem, device)
+    if note:
+        log.warning(note)
+    return chunk
+
+
+def _print_context_table(curves, lengths, metric: str) -> None:
+
+    print("| model | " + " | ".join(str(c) for c in lengths) + " |")
+    print("|---|" + "---|" * len(lengths))
+    for name, curve in curves.items():
+        values = [math.exp(curve[c]) if metric == "ppl" else curve[c] / math.log(2) for c in lengths]
+        print(f"| {name} ({metric}) | " + " | ".join(f"{v:.2f}" for v in values) + " |")

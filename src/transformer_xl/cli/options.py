@@ -1,0 +1,75 @@
+"""Sub-command registration and the range checks of numeric options (declared per sub-command with
+:func:`checks`, applied before the command starts, so nothing is read, computed or written for a bad value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+
+from ..errors import ConfigError
+
+
+COMMANDS: Dict[str, Callable[[argparse._SubParsersAction], None]] = {}
+
+
+def command(fn):
+    """Register a function that adds one sub-parser."""
+    COMMANDS[fn.__name__.removeprefix("add_")] = fn
+    return fn
+
+
+Check = Tuple[str, Optional[float], Optional[float], bool]  # (flag, lower, upper, lower bound excluded)
+
+
+def check_range(flag: str, value, lo: Optional[float] = None, hi: Optional[float] = None,
+                lo_open: bool = False) -> None:
+    """ConfigError naming ``flag`` unless ``value`` (a number, a list of numbers or None) is finite and in
+    ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``); None bounds are not checked, a None value is not given."""
+    if value is None:
+        return
+    for v in (value if isinstance(value, (list, tuple)) else [value]):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{flag}: must be a finite number, got {v}")
+        below = lo is not None and (v <= lo if lo_open else v < lo)
+        if below or (hi is not None and v > hi):
+            raise ConfigError(f"{flag}: must be {_describe_range(lo, hi, lo_open)}, got {v}")
+
+
+def _describe_range(lo, hi, lo_open: bool) -> str:
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo}"
+    if lo is None:
+        return f"<= {hi}"
+    return f"in {'(' if lo_open else '['}{lo}, {hi}]"
+
+
+def checks(*items: Check) -> Dict[str, Sequence[Check]]:
+    """``p.set_defaults(**checks(...))``: the numeric options of a sub-command and their ranges."""
+    return {"range_checks": items}
+
+
+def at_least(flag: str, lo: float) -> Check:
+    return (flag, lo, None, False)
+
+
+def positive(flag: str) -> Check:
+    return (flag, 0, None, True)
+
+
+def check_options(args) -> None:
+    """Apply the sub-command's declared range checks to the parsed values."""
+    for flag, lo, hi, lo_open in getattr(args, "range_checks", ()):
+        check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), lo, hi, lo_open)
+
+
+INFERENCE_CHECKS = (at_least("--tgt-len", 1), at_least("--mem-len", 0))
+
+
+def add_inference_args(p) -> None:
+    p.add_argument("checkpoint", metavar="CKPT", help="a run directory or a checkpoint directory")
+    p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
+    p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
+    p.add_argument("--device", default="auto")

@@ -1,0 +1,64 @@
+"""``txl train``: train or resume a run (in N processes under torchrun with ``--nproc N``).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+from ..training import load_run_config, train
+from ..training.config import builtin_config_names
+from ..training.distributed import check_nproc, launch
+from ..training.signals import StopNow, exit_status
+from .options import command
+
+
+@command
+def add_train(sub) -> None:
+    p = sub.add_parser("train", allow_abbrev=False, help="train a model (with no arguments: a small model on the built-in corpus)",
+                       description="Train a Transformer-XL. Options not listed here override config fields: "
+                                   "--lr 0.001, --max-steps 500, --n-layer 6, --eval.mem-len 256 ...",
+                       epilog=f"built-in configs: {', '.join(_builtin_configs())}")
+    p.add_argument("--config", default=None, help="a YAML file or the name of a built-in config (default: default)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    p.add_argument("--nproc", type=int, metavar="N", help="train with N processes on this machine: runs this command "
+                   "under torchrun (DistributedDataParallel; FSDP with --parallel fsdp); see docs/DISTRIBUTED.md")
+    p.add_argument("--init-from", metavar="CKPT", help="fine-tune: start from this checkpoint (or run directory: its "
+                   "best/ or last checkpoint), keeping its model and vocabulary, with a fresh optimiser and schedule; "
+                   "with --resume, a run directory that already has checkpoints resumes them instead")
+    p.set_defaults(func=run_train, overrides_allowed=True)
+
+
+def _builtin_configs():
+    return builtin_config_names()
+
+
+def run_train(args) -> int:
+    cfg = load_run_config(args.config, args.overrides, init_from=args.init_from)
+    if args.nproc is not None and args.nproc != 1:  # the same command, without --nproc, in N processes under torchrun
+
+        check_nproc(args.nproc, cfg.train, args.resume)
+        argv = (["-v"] if args.verbose else []) + ["train"] + (["--config", args.config] if args.config else []) \
+            + (["--resume"] if args.resume else []) + (["--init-from", args.init_from] if args.init_from else []) \
+            + list(args.overrides)
+        return launch(args.nproc, argv)
+    try:
+        result = train(cfg, resume=args.resume)
+    except StopNow as stop:
+        print(f"txl train: stopped at once by a second {stop.name}; the last checkpoint written is intact "
+              f"(rerun with --resume)", file=sys.stderr)
+        return exit_status(stop.signum)
+    if result.rank != 0:
+        return 0 if result.stopped_by in ("max_steps", "max_time") else exit_status(_signum(result.stopped_by))
+    if result.stopped_by not in ("max_steps", "max_time"):
+        print(f"interrupted by {result.stopped_by} at step {result.steps}: checkpoint written to {result.checkpoint}; "
+              f"continue with --resume", file=sys.stderr)
+        return exit_status(_signum(result.stopped_by))
+    best = "n/a" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
+    print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}; run in {result.run_dir}")
+    return 0
+
+
+def _signum(name: str) -> int:
+    return int(getattr(signal, name, signal.SIGINT))
