@@ -108,8 +108,4 @@ def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = 
     ax.set_ylabel("perplexity" if metric == "ppl" else "bits per character")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    try:
-        save_figure(fig, path, "--plot")
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, "--plot")

@@ -49,9 +49,11 @@ def check_image_path(path, flag: str = "--out") -> Path:
 
 
 def save_figure(fig, path, flag: str = "--out") -> Path:
-    """Write ``fig`` to ``path`` through a temporary file and a rename; DataError naming the path on failure."""
+    """Lay ``fig`` out, write it to ``path`` through a temporary file and a rename (DataError naming the path on
+    failure), and close it."""
     path = Path(path)
     tmp = None
+    fig.tight_layout()
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
         os.close(fd)
@@ -63,4 +65,5 @@ def save_figure(fig, path, flag: str = "--out") -> Path:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        pyplot().close(fig)
     return path

@@ -116,11 +116,7 @@ def plot_speed(rows: Sequence[SpeedRow], path) -> None:
     ax.set_ylabel("vanilla time / Transformer-XL time")
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    fig.tight_layout()
-    try:
-        save_figure(fig, path, "--plot")
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, "--plot")
 
 
 def default_tokens(n_tokens: int) -> torch.Tensor:

@@ -77,8 +77,4 @@ def plot_run(run_dir, out: Optional[str] = None) -> Path:
     ax.set_title(Path(run_dir).resolve().name)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    try:
-        return save_figure(fig, path, "--out")
-    finally:
-        plt.close(fig)
+    return save_figure(fig, path, "--out")
