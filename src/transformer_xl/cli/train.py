@@ -9,7 +9,7 @@ import sys
 
 from ..training import load_run_config, train
 from ..training.config import builtin_config_names
-from ..training.distributed import check_nproc, launch
+from ..training.launch import check_nproc, launch
 from ..training.signals import StopNow, exit_status
 from .options import command
 

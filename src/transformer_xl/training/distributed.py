@@ -13,7 +13,7 @@ the update equals that of one process with batch ``B`` and ``batch_chunk = W * b
 
 Checkpoints keep one layout whatever the world size: memories per global row, every rank's RNG state
 (``rng.torch.rank{r}``), the rank-independent data position, and full (unsharded) model and optimiser
-tensors. :func:`launch` is the ``txl train --nproc N`` convenience: it re-runs the command under torchrun.
+tensors. Starting the processes (``txl train --nproc N``) is :mod:`transformer_xl.training.launch`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,6 @@ import contextlib
 import datetime
 import logging
 import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -402,45 +398,3 @@ def _param_names(model: torch.nn.Module) -> List[str]:
 
 
 # ---------------------------------------------------------------------------- the --nproc launcher
-def launch_command(nproc: int, argv: Sequence[str]) -> List[str]:
-    """``python -m torch.distributed.run --standalone --nproc-per-node N -m transformer_xl ARGV``."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "--max-restarts", "0", "-m", "transformer_xl", *argv]
-
-
-def check_nproc(nproc: int, t, resume: bool) -> None:
-    """Refuse a launch that could not start or resume, before starting any process."""
-
-    if nproc < 1:
-        raise ConfigError(f"--nproc: must be at least 1, got {nproc}")
-    check_batch_split(t.batch_size, t.batch_chunk, nproc)
-    latest = ckpt.latest_checkpoint(t.run_dir) if resume else None
-    if latest is not None:
-        ckpt.check_global_batch(latest, ckpt.read_json(latest / ckpt.TRAINER_STATE), t.batch_size)
-
-
-def launch(nproc: int, argv: Sequence[str]) -> int:
-    """Run ``txl ARGV`` in ``nproc`` processes on this machine under torchrun; its exit status."""
-    if torchrun_env() is not None:
-        raise ConfigError(f"--nproc: this process already runs under torchrun (WORLD_SIZE="
-                          f"{os.environ['WORLD_SIZE']}); drop --nproc")
-    with subprocess.Popen(launch_command(nproc, argv)) as proc, _forward_sigterm(proc):
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:  # torchrun stops its workers on SIGTERM
-            proc.terminate()
-            proc.wait()
-            raise
-
-
-@contextlib.contextmanager
-def _forward_sigterm(proc: subprocess.Popen):
-    """While waiting for torchrun, pass a SIGTERM sent to this process on to it, so it stops its workers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
