@@ -1,7 +1,7 @@
 """HuggingFace's ``TransfoXLLMHeadModel`` (transformers <= 4.35) to and from this package.
 
 HuggingFace's port differs from the original PyTorch code in four ways that a conversion must undo, all
-checked against transformers 4.35.2 by ``tests/test_hf_compat.py``:
+checked against transformers 4.35.2 by ``tests/convert/test_hf_compat.py``:
 
 * **Names.** Everything but ``crit.*`` sits under ``transformer.``.
 * **Tail-cluster order.** HuggingFace (like the authors' TensorFlow code) reads the head log-probability

@@ -21,7 +21,7 @@ feed-forward hidden layer, dropout masks), the gradients and Adam's two moments.
 (:class:`~transformer_xl.generation.DecodingCache`) holds the position keys ``W_r R`` of every layer for
 ``M + 2L + 1`` distances and the projected keys and values of up to ``M + L`` positions.
 
-The estimate is checked against measured peaks (resident set size) in ``tests/test_footprint.py``; it is
+The estimate is checked against measured peaks (resident set size) in ``tests/training/test_footprint.py``; it is
 within a factor of 2 either way there. :func:`check_fits` compares it with :func:`available_bytes` (CPU:
 ``MemAvailable`` and the cgroup limit; CUDA: ``torch.cuda.mem_get_info``), keeping a 10% margin.
 """

@@ -19,7 +19,7 @@ from transformer_xl.convert import export_state_dict
 from transformer_xl.data import Vocab
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEXT = "the cat sat on the mat\nthe dog ate the cat\n" * 20
 
 

@@ -3,7 +3,7 @@
 The kernels run on CUDA, or on CPU in Triton's interpreter (``TRITON_INTERPRET=1``, slow: the shapes
 here are tiny). Otherwise the kernel tests skip; the argument checks run everywhere.
 
-    TRITON_INTERPRET=1 python -m pytest tests/test_triton_attention.py
+    TRITON_INTERPRET=1 python -m pytest tests/fast_paths/test_triton_attention.py
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def test_model_with_fused_attention_equals_plain(variant):
     """``model.set_attention("triton")``: losses, gradients and memories of a training step equal the plain path."""
     import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
     from helpers import random_tokens, tiny_model
 
     cfg = dict(tgt_len=7, mem_len=9, d_model=32, d_head=16, n_head=2)

@@ -16,7 +16,7 @@ from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 from transformer_xl.model import footprint as fp
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Peak resident memory (VmHWM, the high-water mark of this process's own address space; ru_maxrss would
 # start at the forking parent's size) above the baseline of a process that has run a tiny model once

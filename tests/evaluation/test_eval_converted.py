@@ -15,7 +15,7 @@ from transformer_xl.data import Vocab
 from transformer_xl.evaluation.vocab_data import remap_ids
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
 TRAIN = "the market fell sharply\nanalysts said the market is not black\nit was n't monday\n" * 5
 

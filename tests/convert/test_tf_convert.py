@@ -20,7 +20,7 @@ from transformer_xl.convert.tf_checkpoint import TFCheckpoint, crc32c, mask_crc,
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.model import TransformerXL
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf"
 MODELS = ["adaptive_div4", "div1_proj", "lm1b_like", "char"]
 SHARD = "model.ckpt.data-00000-of-00001"
 

@@ -19,7 +19,7 @@ from transformer_xl.training import checkpoint as ckpt
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.metrics import read_metrics
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 DEAD_RANK_BOUND_S = 30.0  # measured: under 1 s on 2 CPU cores

@@ -19,7 +19,7 @@ from transformer_xl.data import load_corpus
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.metrics import read_metrics
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
