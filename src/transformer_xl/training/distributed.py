@@ -180,40 +180,142 @@ def seed_dropout(ctx: DistContext, seed: int) -> None:
         torch.manual_seed(seed + ctx.rank)
 
 
-# ---------------------------------------------------------------------------- wrapping the model
-def wrap(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
-    """The module the training step calls: DDP around ``model``, or ``model`` sharded in place by FSDP."""
-    if not ctx.active:
+# ---------------------------------------------------------------------------- parallel modes
+class SingleProcess:
+    """How one training step is distributed; this base is one process (also ``parallel: fsdp`` with a single
+    process, which trains unsharded). :func:`parallel_mode` picks the object for a context."""
+
+    def __init__(self, ctx: DistContext):
+        self.ctx = ctx
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the training step calls."""
         return model
-    if ctx.parallel == "fsdp":
-        return _fully_shard(model, ctx)
-    from torch.nn.parallel import DistributedDataParallel
 
-    # the adaptive softmax/input skip clusters without tokens in a batch: those parameters get no gradient
-    unused = bool(model.config.cutoffs)
-    return DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                                   find_unused_parameters=unused)
+    def chunk_sync(self, engine: torch.nn.Module, last: bool):
+        """Context for one chunk's forward/backward (gradients are reduced across ranks on the last chunk only)."""
+        return contextlib.nullcontext()
+
+    def drop_unused_grads(self, model: torch.nn.Module) -> None:
+        """After backward: drop gradients of parameters that took no part in the step (FSDP only)."""
+
+    def grad_scaler(self, enabled: bool):
+        """fp16's loss scaler."""
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+
+    def full_model_tensors(self, model: torch.nn.Module) -> Optional[Dict[str, torch.Tensor]]:
+        """The full weights to save when the module cannot save itself (FSDP shards), else None."""
+        return None
+
+    def full_optimizer_state(self, model: torch.nn.Module, optimizer) -> Optional[dict]:
+        """The optimiser's full, index-keyed ``state_dict()`` on rank 0 (None elsewhere)."""
+        return optimizer.state_dict() if self.ctx.is_main else None
+
+    def load_optimizer_state(self, model: torch.nn.Module, optimizer, state: dict) -> None:
+        """Load a full, index-keyed optimiser state dict (every rank passes the same one)."""
+        optimizer.load_state_dict(state)
 
 
-def _fully_shard(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
-    """FSDP2: each layer is one all-gather unit; embeddings, softmax and biases form the root unit."""
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:
+class DataParallel(SingleProcess):
+    """DDP: every rank holds the whole model; gradients are averaged after the last chunk's backward."""
+
+    def wrap(self, model):
+        from torch.nn.parallel import DistributedDataParallel
+
+        # the adaptive softmax/input skip clusters without tokens in a batch: those parameters get no gradient
+        unused = bool(model.config.cutoffs)
+        return DistributedDataParallel(model, device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda"
+                                       else None, find_unused_parameters=unused)
+
+    def chunk_sync(self, engine, last):
+        return contextlib.nullcontext() if last else engine.no_sync()
+
+
+class FullyShardedDataParallel(SingleProcess):
+    """FSDP2: each layer is one all-gather unit; embeddings, softmax and biases form the root unit. Checkpoints
+    hold full (unsharded) tensors."""
+
+    def wrap(self, model):
         try:
-            from torch.distributed._composable.fsdp import fully_shard
+            from torch.distributed.fsdp import fully_shard
         except ImportError:
-            raise ConfigError(f"parallel: fsdp needs torch.distributed.fsdp.fully_shard (torch >= 2.4); "
-                              f"this is torch {torch.__version__}") from None
-    # the memories in the output are detached slices (views); nothing updates them in place
-    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-    if model.config.cutoffs:  # FSDP reduces the same set of gradients on every rank: no cluster may be skipped
-        for module in (model.word_emb, model.crit):
-            module.register_forward_hook(_touch_every_parameter)
-    for layer in model.layers:
-        fully_shard(layer)
-    fully_shard(model)
-    return model
+            try:
+                from torch.distributed._composable.fsdp import fully_shard
+            except ImportError:
+                raise ConfigError(f"parallel: fsdp needs torch.distributed.fsdp.fully_shard (torch >= 2.4); "
+                                  f"this is torch {torch.__version__}") from None
+        # the memories in the output are detached slices (views); nothing updates them in place
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+        if model.config.cutoffs:  # FSDP reduces the same set of gradients on every rank: no cluster may be skipped
+            for module in (model.word_emb, model.crit):
+                module.register_forward_hook(_touch_every_parameter)
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+
+    def chunk_sync(self, engine, last):
+        engine.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def drop_unused_grads(self, model):
+        """A parameter whose gradient is zero on every rank took no part in the step (the forward hook only kept
+        the ranks in step); it gets no gradient, as in one process or DDP, so that Adam leaves it and its moments
+        alone."""
+        if not model.config.cutoffs:
+            return
+        import torch.distributed as dist
+
+        params = [p for p in model.parameters() if p.grad is not None]
+        if not params:
+            return
+        used = torch.stack([_local(p.grad).ne(0).any() for p in params]).to(self.ctx.device, torch.float64)
+        dist.all_reduce(used)
+        for p, count in zip(params, used.tolist()):
+            if count == 0:
+                p.grad = None
+
+    def grad_scaler(self, enabled):
+        """Every rank must agree on skipping a step with inf gradients."""
+        if not enabled:
+            return super().grad_scaler(enabled)
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler("cuda")
+
+    def full_model_tensors(self, model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.ctx.is_main:
+            return None
+        return {name: full[name].contiguous() for name in unique_state_dict(model)}
+
+    def full_optimizer_state(self, model, optimizer):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(model, optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.ctx.is_main:
+            return None
+        index = {name: i for i, name in enumerate(_param_names(model))}
+        groups = [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]]
+        return {"state": {index[n]: s for n, s in full["state"].items()}, "param_groups": groups}
+
+    def load_optimizer_state(self, model, optimizer, state):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        names = _param_names(model)
+        groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
+        by_name = {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
+        set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+
+
+def parallel_mode(ctx: DistContext) -> SingleProcess:
+    """The object for this run: one process, DDP, or FSDP (``train.parallel``) over several."""
+    if not ctx.active:
+        return SingleProcess(ctx)
+    return FullyShardedDataParallel(ctx) if ctx.parallel == "fsdp" else DataParallel(ctx)
 
 
 def _touch_every_parameter(module: torch.nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
@@ -222,48 +324,9 @@ def _touch_every_parameter(module: torch.nn.Module, inputs, output: torch.Tensor
     return output + sum(p.reshape(-1)[0] for p in module.parameters()) * 0.0
 
 
-def chunk_sync(engine: torch.nn.Module, ctx: DistContext, last: bool):
-    """Context for one chunk's forward/backward: gradients are reduced across ranks on the last chunk only."""
-    if not ctx.active or last:
-        if ctx.active and ctx.parallel == "fsdp":
-            engine.set_requires_gradient_sync(True)
-        return contextlib.nullcontext()
-    if ctx.parallel == "fsdp":
-        engine.set_requires_gradient_sync(False)
-        return contextlib.nullcontext()
-    return engine.no_sync()
-
-
-def drop_unused_grads(ctx: DistContext, model: torch.nn.Module) -> None:
-    """After backward under FSDP with adaptive clusters: a parameter whose gradient is zero on every rank took no
-    part in the step (the hook above only kept the ranks in step); it gets no gradient, as in one process or DDP,
-    so that Adam leaves it and its moments alone."""
-    if not (ctx.active and ctx.parallel == "fsdp" and model.config.cutoffs):
-        return
-    import torch.distributed as dist
-
-    params = [p for p in model.parameters() if p.grad is not None]
-    if not params:
-        return
-    used = torch.stack([_local(p.grad).ne(0).any() for p in params]).to(ctx.device, torch.float64)
-    dist.all_reduce(used)
-    for p, count in zip(params, used.tolist()):
-        if count == 0:
-            p.grad = None
-
-
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor; a plain tensor as it is."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
-
-
-def grad_scaler(ctx: DistContext, enabled: bool):
-    """fp16's loss scaler; under FSDP every rank must agree on skipping a step with inf gradients."""
-    if enabled and ctx.active and ctx.parallel == "fsdp":
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-        return ShardedGradScaler("cuda")
-    return torch.amp.GradScaler("cuda", enabled=enabled)
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -348,48 +411,6 @@ def restore_rng(ctx: DistContext, tensors: Dict[str, torch.Tensor], seed: int) -
     cuda = tensors.get(f"rng.cuda.rank{ctx.rank}")
     if cuda is not None and ctx.device.type == "cuda":
         torch.cuda.set_rng_state(cuda, ctx.device)
-
-
-# ---------------------------------------------------------------------------- full state for checkpoints
-def full_model_tensors(ctx: DistContext, model: torch.nn.Module) -> Optional[Dict[str, torch.Tensor]]:
-    """Under FSDP, the unsharded weights on rank 0 (None elsewhere); without FSDP, None (save the module)."""
-    if not (ctx.active and ctx.parallel == "fsdp"):
-        return None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if not ctx.is_main:
-        return None
-    return {name: full[name].contiguous() for name in unique_state_dict(model)}
-
-
-def full_optimizer_state(ctx: DistContext, model: torch.nn.Module, optimizer) -> Optional[dict]:
-    """The optimiser's ``state_dict()`` with full tensors, keyed by parameter index, on rank 0 (None elsewhere)."""
-    if not (ctx.active and ctx.parallel == "fsdp"):
-        return optimizer.state_dict() if ctx.is_main else None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    full = get_optimizer_state_dict(model, optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if not ctx.is_main:
-        return None
-    index = {name: i for i, name in enumerate(_param_names(model))}
-    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]]
-    return {"state": {index[n]: s for n, s in full["state"].items()}, "param_groups": groups}
-
-
-def load_optimizer_state(ctx: DistContext, model: torch.nn.Module, optimizer, state: dict) -> None:
-    """Load a full, index-keyed optimiser state dict (every rank passes the same one)."""
-    if not (ctx.active and ctx.parallel == "fsdp"):
-        optimizer.load_state_dict(state)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    names = _param_names(model)
-    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
-    by_name = {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
-    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
 
 
 def _param_names(model: torch.nn.Module) -> List[str]:

@@ -140,6 +140,7 @@ class Trainer:
         t = cfg.train
         self.run_dir = Path(t.run_dir)
         self.dist = distributed.setup(t, resolve_device(t.device))
+        self.parallel = distributed.parallel_mode(self.dist)  # one process, DDP or FSDP
         self.device = self.dist.device
         self.amp_dtype = autocast_dtype(t.precision, self.device)
         if t.num_threads:
@@ -183,11 +184,11 @@ class Trainer:
             self._init_model(init)
         self._plan_memory()
         self.model.set_attention(*choose_backend(t.attn_chunk, t.fused_attention))
-        self.engine = distributed.wrap(self.model, self.dist)
+        self.engine = self.parallel.wrap(self.model)
         if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
             self.model.compile()  # what the training step calls
         self.optimizer = build_optimizer(self.model, t)
-        self.scaler = distributed.grad_scaler(self.dist, t.precision == "fp16")
+        self.scaler = self.parallel.grad_scaler(t.precision == "fp16")
         self.step, self.best_valid, self.best_step, self.last_valid = 0, None, None, None
         self.chunk_mems: List = [None] * t.batch_chunk
         self.iterator = self._new_iterator()
@@ -317,7 +318,7 @@ class Trainer:
             raise DataError(f"{directory}: vocabulary of {state.get('vocab_size')} symbols does not match the "
                             f"corpus' {len(self.corpus.vocab)}")
         try:
-            distributed.load_optimizer_state(self.dist, self.model, self.optimizer, optimizer_state)
+            self.parallel.load_optimizer_state(self.model, self.optimizer, optimizer_state)
         except (ValueError, KeyError, IndexError, RuntimeError) as exc:
             raise CheckpointError(f"{directory}: optimizer state does not match this model "
                                   f"({' '.join(str(exc).split())})") from None
@@ -351,14 +352,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for c, (inp_c, tgt_c) in enumerate(zip(inp.chunk(t.batch_chunk), tgt.chunk(t.batch_chunk))):
-            with distributed.chunk_sync(self.engine, self.dist, last=c == t.batch_chunk - 1):
+            with self.parallel.chunk_sync(self.engine, last=c == t.batch_chunk - 1):
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
                     out = self.engine(inp_c, tgt_c, mems=self.chunk_mems[c])
                 loss = out.loss.float() / t.batch_chunk
                 self.scaler.scale(loss).backward()
             self.chunk_mems[c] = out.mems
             total += float(loss.detach())
-        distributed.drop_unused_grads(self.dist, self.model)
+        self.parallel.drop_unused_grads(self.model)
         if t.clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
@@ -407,8 +408,8 @@ class Trainer:
 
     def save(self, elapsed: float, is_best: bool = False) -> Optional[Path]:
         """Every rank hands its part to rank 0, which writes the checkpoint; the others wait. Rank 0 gets the path."""
-        weights = distributed.full_model_tensors(self.dist, self.model)
-        optimizer_state = distributed.full_optimizer_state(self.dist, self.model, self.optimizer)
+        weights = self.parallel.full_model_tensors(self.model)
+        optimizer_state = self.parallel.full_optimizer_state(self.model, self.optimizer)
         mems = distributed.gather_memory(self.dist, self.chunk_mems)
         rng = distributed.gather_rng(self.dist) if self.dist.active else ckpt.rng_state()
         path = None
