@@ -39,13 +39,20 @@ from ..model.io import CONFIG_NAME, WEIGHTS_NAME, atomic_write, load_safetensors
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 TRAINER_STATE = "trainer_state.json"
+CHECKPOINTS = "checkpoints"  # RUN_DIR/checkpoints/step_NNNNNNNN
 COMPLETE = "COMPLETE"  # the completeness marker: written last, removed first
 BEST_INFO = "best.json"  # in best/: {"step": N, "valid_loss": x}
 TRAINING_ONLY = ("optimizer.safetensors", "optimizer.json", "state.safetensors", TRAINER_STATE, COMPLETE)
 TEMPORARY = re.compile(r"^(\.tmp|\.old_|\.prune_).*|^\..*\.tmp$")  # our temporary files and folders
 
 
+def checkpoints_dir(run_dir) -> Path:
+    """Where a run's checkpoints live."""
+    return Path(run_dir) / CHECKPOINTS
+
+
 # ---------------------------------------------------------------------------- optimiser state
+
 def optimizer_to_safe(sd: dict) -> Tuple[Dict[str, torch.Tensor], dict]:
     """Split an optimiser state dict (keyed by parameter index) into tensors (for safetensors) and JSON values."""
     tensors, scalars = {}, {}
@@ -148,7 +155,7 @@ def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict
     ``write_model(directory)`` writes ``config.json`` and ``model.safetensors``, ``write_extra(directory)`` the
     vocabulary and run config; ``state_tensors`` are the RNG states and memories.
     """
-    root = Path(run_dir) / "checkpoints"
+    root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:08d}"
     tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
@@ -219,7 +226,7 @@ def prune_checkpoints(run_dir, keep: int) -> None:
 
 def list_checkpoints(run_dir) -> List[Path]:
     """Complete checkpoints of a run, oldest first."""
-    root = Path(run_dir) / "checkpoints"
+    root = checkpoints_dir(run_dir)
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / COMPLETE).is_file()]
@@ -228,7 +235,7 @@ def list_checkpoints(run_dir) -> List[Path]:
 
 def incomplete_checkpoints(run_dir) -> List[Path]:
     """``step_N`` directories without the marker (half-pruned, or written by a version without markers)."""
-    root = Path(run_dir) / "checkpoints"
+    root = checkpoints_dir(run_dir)
     if not root.is_dir():
         return []
     return sorted((p for p in root.iterdir() if STEP_DIR.match(p.name) and p.is_dir() and not (p / COMPLETE).exists()),
@@ -254,7 +261,7 @@ def remove_temporaries(run_dir) -> List[Path]:
     Only call this while holding the run's lock: nobody else may be writing there.
     """
     removed = []
-    for folder in (Path(run_dir), Path(run_dir) / "checkpoints"):
+    for folder in (Path(run_dir), checkpoints_dir(run_dir)):
         if not folder.is_dir():
             continue
         for path in folder.iterdir():
@@ -287,9 +294,10 @@ def load_training_state(directory: Path) -> Tuple[dict, dict, Dict[str, torch.Te
     return trainer_state, optimizer_state, load_safetensors(directory / "state.safetensors")
 
 
-def check_global_batch(directory: Path, trainer_state: dict, batch_size: int) -> None:
-    """Memories and data position belong to the global batch rows: resuming needs the same global batch size."""
-    saved = trainer_state.get("data", {}).get("batch_size")
+def check_global_batch(directory: Path, batch_size: int) -> None:
+    """Memories and data position belong to the global batch rows: resuming checkpoint ``directory`` needs the
+    same global batch size."""
+    saved = read_json(directory / TRAINER_STATE).get("data", {}).get("batch_size")
     if saved != batch_size:
         raise ConfigError(f"batch_size: {directory} was trained with a global batch of {saved} rows, not {batch_size}; "
                           f"resume with --batch-size {saved} (any number of processes that divides it works)")
@@ -354,7 +362,7 @@ def repair_best(run_dir, best_step: Optional[int], best_valid: Optional[float]) 
         return None
     if info is not None and info.get("step") == best_step and is_model_dir(best):
         return None
-    source = run_dir / "checkpoints" / f"step_{best_step:08d}"
+    source = checkpoints_dir(run_dir) / f"step_{best_step:08d}"
     if not (source / COMPLETE).is_file():
         return (f"best/ should hold step {best_step} (valid loss {best_valid:.4f}), whose checkpoint is gone; "
                 f"best/ left as it is")

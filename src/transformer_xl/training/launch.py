@@ -32,7 +32,7 @@ def check_nproc(nproc: int, t, resume: bool) -> None:
     check_batch_split(t.batch_size, t.batch_chunk, nproc)
     latest = ckpt.latest_checkpoint(t.run_dir) if resume else None
     if latest is not None:
-        ckpt.check_global_batch(latest, ckpt.read_json(latest / ckpt.TRAINER_STATE), t.batch_size)
+        ckpt.check_global_batch(latest, t.batch_size)
 
 
 def launch(nproc: int, argv: Sequence[str]) -> int:

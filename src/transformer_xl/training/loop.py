@@ -245,10 +245,10 @@ class Trainer:
         ignored = ckpt.incomplete_checkpoints(self.run_dir)
         if ignored and self.dist.is_main:
             log.warning("ignoring %s in %s: no completeness marker (%s), so not a checkpoint",
-                        ", ".join(p.name for p in ignored), self.run_dir / "checkpoints", ckpt.COMPLETE)
+                        ", ".join(p.name for p in ignored), ckpt.checkpoints_dir(self.run_dir), ckpt.COMPLETE)
         latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
         if latest is not None:  # refuse before anything is written
-            ckpt.check_global_batch(latest, ckpt.read_json(latest / ckpt.TRAINER_STATE), self.cfg.train.batch_size)
+            ckpt.check_global_batch(latest, self.cfg.train.batch_size)
         return latest
 
     def _accept(self) -> None:
@@ -414,7 +414,7 @@ class Trainer:
         rng = distributed.gather_rng(self.dist) if self.dist.active else ckpt.rng_state()
         path = None
         if self.dist.is_main:
-            with preflight.disk_writes(f"checkpoint step {self.step} in {self.run_dir / 'checkpoints'}",
+            with preflight.disk_writes(f"checkpoint step {self.step} in {ckpt.checkpoints_dir(self.run_dir)}",
                                        self._intact_hint):
                 path = ckpt.save_checkpoint(self.run_dir, self.step, self._model_writer(weights), optimizer_state,
                                             self.state_dict(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
