@@ -52,7 +52,6 @@ def checkpoints_dir(run_dir) -> Path:
 
 
 # ---------------------------------------------------------------------------- optimiser state
-
 def optimizer_to_safe(sd: dict) -> Tuple[Dict[str, torch.Tensor], dict]:
     """Split an optimiser state dict (keyed by parameter index) into tensors (for safetensors) and JSON values."""
     tensors, scalars = {}, {}
