@@ -208,6 +208,8 @@ def plot(losses, d, L: int, clamp: int, n: int, prefix: str) -> None:
     ax.axhline(losses[f"vanilla | sliding {L}"].mean() / LN2, color="k", ls=":", label=f"vanilla, sliding {L}")
     ax.plot([max(k * L, L // 2) for k in (0, 1, 2, 4, 8)],
             [losses[f"absmem | M={k * L}"].mean() / LN2 for k in (0, 1, 2, 4, 8)], "^-.", label="absmem")
+    xl_max = max(v.mean() / LN2 for k, v in losses.items() if k.startswith("xl"))
+    ax.set_ylim(None, xl_max + 0.1)  # absmem past M = L leaves the chart (see the table)
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, ["0"] + [str(M) for M in Ms[1:]])
     ax.set_xlabel(f"evaluation memory M (bytes; training segment and memory L = {L})")
