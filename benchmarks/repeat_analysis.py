@@ -30,10 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-try:  # the CLI helpers moved from evaluation/cli.py to the cli package
-    from transformer_xl.cli.common import check_vocab, find_run_config, resolve_checkpoint
-except ImportError:
-    from transformer_xl.evaluation.cli import check_vocab, find_run_config, resolve_checkpoint
+from transformer_xl.cli.common import check_vocab, find_run_config, resolve_checkpoint
 from transformer_xl.evaluation.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
                                                paired_difference, row_distances)
 from transformer_xl.evaluation.token_losses import segment_losses, sliding_losses, stream_rows
