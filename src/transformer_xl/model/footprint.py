@@ -15,7 +15,7 @@ What dominates, in evaluation (no gradients, plain attention):
   cluster with an adaptive softmax);
 * the weights.
 
-The streamed attention (``model.attn_chunk = c``, attn_type 0) replaces the scores by ``[B, H, L, ~2c+L]``
+The streamed attention (``model.set_attention("streamed", c)``, attn_type 0) replaces the scores by ``[B, H, L, ~2c+L]``
 blocks. A training step adds what autograd saves per layer (the softmax output, the projections, the
 feed-forward hidden layer, dropout masks), the gradients and Adam's two moments. Cached decoding
 (:class:`~transformer_xl.generation.DecodingCache`) holds the position keys ``W_r R`` of every layer for

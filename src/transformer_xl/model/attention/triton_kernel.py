@@ -8,8 +8,8 @@ with ``K = M + L`` keys, memory first::
     out_i   = sum_j p[i, j] v_j                                                # [B, H, L, D]
 
 the same numbers as :func:`~.relative.rel_attn_score` followed by the masked
-softmax of ``_AttentionBase._attend`` (without attention dropout). The visible keys are those of
-``TransformerXL._attn_mask``:
+softmax of ``AttentionBase.attend`` (without attention dropout). The visible keys are those of the rule in
+:mod:`.visibility`:
 
 * causal with memory: ``j <= M + i``;
 * ``window > 0`` (the paper code's ``same_length`` with ``mem_len = window``): also ``j > M + i - window``,
