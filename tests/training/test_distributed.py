@@ -64,11 +64,6 @@ def train_losses(run_dir: Path):
     return by_step
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 # ---------------------------------------------------------------------------- DDP = one process with chunks
 def ptb_args(run_dir: Path, cache: Path):
     """A small word-level model with adaptive input/softmax: the rare cluster [9000, 10000) has no tokens on

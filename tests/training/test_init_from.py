@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_kill_resume import run_args, write_corpus
+from run_helpers import run_args, write_corpus
 from transformer_xl.cli import main
 from transformer_xl.training import checkpoint as ckpt
 from transformer_xl.training import load_run_config, train
@@ -22,11 +22,6 @@ def data(tmp_path_factory):
     write_corpus(folder / "train.txt", 600, seed=0, words=range(30))  # w0 .. w29
     write_corpus(folder / "other.txt", 300, seed=1, words=range(10, 40))  # w30 .. w39 are new
     return folder
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")

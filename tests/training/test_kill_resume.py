@@ -23,36 +23,11 @@ from transformer_xl.training import checkpoint as ckpt
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.metrics import read_metrics
 
+from run_helpers import MAX_STEPS, leftovers, run_args, wait_child, write_corpus
+
 KILL_POINTS = ("checkpoint_files", "checkpoint_written", "checkpoint_renamed", "prune_unmarked", "best_copied",
                "best_swapped_out")
 TIMING = ("tokens_per_s", "elapsed")  # wall-clock fields: the only ones that may differ
-MAX_STEPS = 12
-
-
-def write_corpus(path: Path, n_lines: int, seed: int, words: range = range(30)) -> Path:
-    rng = random.Random(seed)
-    vocab = [f"w{i}" for i in words]
-    # a little structure (each word tends to follow the previous one) so that validation loss falls
-    lines = []
-    for _ in range(n_lines):
-        i = rng.randrange(len(vocab))
-        line = []
-        for _ in range(10):
-            i = (i + 1) % len(vocab) if rng.random() < 0.7 else rng.randrange(len(vocab))
-            line.append(vocab[i])
-        lines.append(" ".join(line))
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def run_args(run_dir: Path, data: Path, cache: Path, max_steps: int = MAX_STEPS):
-    """Dropout (RNG), 2 chunks with memory, frequent saves, pruning to 2 and validation every 3 steps."""
-    return ["--dataset", "text", "--train-file", str(data), "--cache-dir", str(cache), "--run-dir", str(run_dir),
-            "--n-layer", "1", "--d-model", "16", "--n-head", "2", "--d-head", "8", "--d-inner", "32",
-            "--tgt-len", "8", "--mem-len", "8", "--batch-size", "4", "--batch-chunk", "2", "--dropout", "0.1",
-            "--lr", "0.01", "--warmup-steps", "2", "--max-steps", str(max_steps), "--log-interval", "1",
-            "--eval-interval", "3", "--save-interval", "2", "--keep-checkpoints", "2", "--eval.batch-size", "4",
-            "--eval.max-steps", "2", "--progress", "false", "--tensorboard", "false", "--num-threads", "1"]
 
 
 def run_in_child(args, env=None, resume=False):
@@ -68,19 +43,6 @@ def run_in_child(args, env=None, resume=False):
         finally:
             os._exit(code)
     return pid
-
-
-def wait_child(pid: int, timeout: float = 120.0) -> int:
-    """The child's wait status, as ``-signum`` when a signal ended it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    raise AssertionError("the training child did not finish")
 
 
 def file_content(path: Path):
@@ -110,21 +72,9 @@ def snapshot(run: Path) -> dict:
     return out
 
 
-def leftovers(run: Path):
-    """Temporary or incomplete things in a run directory."""
-    found = [p.name for p in run.iterdir() if p.name.startswith(".") and p.name != ".lock"]
-    found += [p.name for p in (run / "checkpoints").iterdir() if not (p / ckpt.COMPLETE).is_file()]
-    return found
-
-
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
     return write_corpus(tmp_path_factory.mktemp("data") / "train.txt", 600, seed=0)
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")

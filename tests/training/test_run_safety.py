@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-from test_kill_resume import leftovers, run_args, wait_child, write_corpus
+from run_helpers import leftovers, run_args, wait_child, write_corpus
 from transformer_xl.cli import main
 from transformer_xl.errors import ConfigError
 from transformer_xl.training import checkpoint as ckpt
@@ -29,11 +29,6 @@ def data(tmp_path_factory):
     write_corpus(folder / "train.txt", 600, seed=0)
     (folder / "short.txt").write_text("w1 w2 w3\n")  # 4 tokens with <eos>
     return folder
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")
