@@ -14,6 +14,7 @@ from typing import List
 from ..errors import DataError
 from ..generation import SamplingConfig, generate
 from ..generation.text import StreamDecoder, encode_prompt
+from ..model.config import DECODINGS
 from ..model.footprint import check_decoding_fits
 from .common import load_model_and_vocab, weight_bytes
 from .options import INFERENCE_CHECKS, add_inference_args, at_least, checks, command, positive
@@ -35,7 +36,7 @@ def add_generate(sub) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, help="for reproducible sampling")
     p.add_argument("--stop", nargs="*", metavar="TOKEN", help="stop at these tokens (e.g. '<eos>')")
-    p.add_argument("--decoding", choices=["segment", "sliding"],
+    p.add_argument("--decoding", choices=DECODINGS,
                    help="how the memory moves (default: the checkpoint's): segment, every tgt_len tokens as in "
                         "training; sliding, the prompt as one segment and then one token per step, each seeing the "
                         "mem_len states before it (HuggingFace's generate; the default of converted HF models)")

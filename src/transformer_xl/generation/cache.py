@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ..model.attention import distances, forbidden, hide, sinusoid_table
+from ..model.config import DECODINGS
 
 PAD = -(1 << 62)  # the token index of padding: below any real index, zero-memory ones included
 
@@ -84,7 +85,7 @@ class DecodingCache:
         self.batch_size = batch_size
         self.tgt_len, self.mem_len = model.tgt_len, model.mem_len
         decoding = decoding or cfg.decoding
-        if decoding not in ("segment", "sliding"):
+        if decoding not in DECODINGS:
             raise ValueError(f"decoding: must be 'segment' or 'sliding', got {decoding!r}")
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype

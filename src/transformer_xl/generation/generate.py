@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..model.config import DECODINGS
 from .cache import DecodingCache
 from .sampling import SamplingConfig, next_token
 
@@ -62,7 +63,7 @@ def generate(model, prompts, sampling: Optional[SamplingConfig] = None, method: 
     if method not in ("cached", "segment"):
         raise ConfigError(f"method: must be 'cached' or 'segment', got {method!r}")
     decoding = decoding or model.config.decoding
-    if decoding not in ("segment", "sliding"):
+    if decoding not in DECODINGS:
         raise ConfigError(f"decoding: must be 'segment' or 'sliding', got {decoding!r}")
     if method == "cached" and model.config.attn_type != 0:
         method = "segment"
