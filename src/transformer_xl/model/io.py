@@ -1,11 +1,18 @@
-"""Saving and loading models: ``config.json`` + ``model.safetensors``, no pickle anywhere."""
+"""Saving and loading models: ``config.json`` + ``model.safetensors``, no pickle anywhere.
+
+:func:`from_pretrained` opens whatever :func:`transformer_xl.hub.locate` finds: a folder of ours, a run
+directory, a HuggingFace ``TransfoXLLMHeadModel`` folder (converted in memory, see :mod:`.layouts`) or a hub id.
+HuggingFace's ``pytorch_model.bin`` is read with ``torch.load(weights_only=True)``: never a full unpickle.
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from safetensors import SafetensorError
@@ -13,10 +20,9 @@ from safetensors.torch import load_file, save_file
 
 from .. import __version__
 from ..errors import CheckpointError, ConfigError
+from ..hub import CONFIG_NAME, WEIGHTS_NAME, Located, locate
 from .config import TransformerXLConfig
-
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
+from .layouts import config_from_hf, prepare_state_dict
 
 
 def unique_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -97,25 +103,76 @@ class PretrainedMixin:
         save_pretrained(self, directory)
 
     @classmethod
-    def from_pretrained(cls, directory, map_location="cpu"):
-        return from_pretrained(directory, cls, map_location=map_location)
+    def from_pretrained(cls, name_or_path, revision: Optional[str] = None, map_location="cpu", *, cache_dir=None,
+                        token=None, local_files_only: bool = False):
+        """The model named by ``name_or_path``, in evaluation mode (as HuggingFace's ``from_pretrained``).
+
+        ``name_or_path``: a folder saved by :meth:`save_pretrained`, a run directory (its ``best/``, else its
+        last checkpoint), a HuggingFace TransfoXL folder (converted in memory), or a hub id ``org/name``
+        (``revision``: a branch, tag or commit; ``cache_dir``, ``token``, ``local_files_only`` go to
+        ``huggingface_hub``, which also honours ``HF_HUB_OFFLINE`` and ``HF_TOKEN``). One
+        :class:`~transformer_xl.errors.CheckpointError` line when it cannot be opened.
+        """
+        located = locate(name_or_path, revision, parts=("config", "weights"), cache_dir=cache_dir, token=token,
+                         local_files_only=local_files_only)
+        return load_located(located, cls, map_location)
 
 
 def from_pretrained(directory, model_class, map_location="cpu"):
-    """Load a ``model_class`` (``TransformerXL``) saved by :func:`save_pretrained`. Bit-exact."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: no such checkpoint directory")
-    for name in (CONFIG_NAME, WEIGHTS_NAME):
-        if not (directory / name).is_file():
-            raise CheckpointError(f"{directory}: not a transformer-xl checkpoint (no {name})")
+    """``model_class.from_pretrained(directory)`` for a local folder or run directory."""
+    return load_located(locate(directory, parts=("config", "weights")), model_class, map_location)
+
+
+def model_config(located: Located) -> TransformerXLConfig:
+    """The config of a located model, of either layout (one CheckpointError line naming the file)."""
     try:
-        config = TransformerXLConfig.from_json_file(directory / CONFIG_NAME)
+        if located.format == "hf":
+            return config_from_hf(located.config)
+        return TransformerXLConfig.from_dict(located.config)
     except ConfigError as exc:
-        raise CheckpointError(f"{directory / CONFIG_NAME}: {exc}") from None
-    model = model_class(config)
-    load_into(model, load_safetensors(directory / WEIGHTS_NAME), str(directory / WEIGHTS_NAME))
-    return model.to(map_location)
+        raise CheckpointError(f"{located.config_path}: {exc}") from None
+
+
+def load_located(located: Located, model_class, map_location="cpu"):
+    """Build ``model_class`` from a located folder and read its weights; evaluation mode. Bit-exact for our
+    own folders; HuggingFace folders are mapped by :func:`~.layouts.prepare_state_dict`."""
+    model = model_class(model_config(located))
+    weights = located.weights_path
+    if located.format == "txl":
+        if weights.name != WEIGHTS_NAME:
+            raise CheckpointError(f"{located.directory}: not a transformer-xl checkpoint (no {WEIGHTS_NAME})")
+        tensors = load_safetensors(weights)
+    else:
+        tensors = prepare_state_dict(load_state_dict_file(weights), model, "hf", str(weights))
+    load_into(model, tensors, str(weights))
+    return model.to(map_location).eval()
+
+
+def load_state_dict_file(path) -> Dict[str, torch.Tensor]:
+    """Read a ``.safetensors`` or ``.bin``/``.pt`` state dict without unpickling arbitrary objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    if path.suffix == ".safetensors":
+        return load_safetensors(path)
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols; we report one line
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a foreign or damaged file can make torch's restricted unpickler raise anything
+        raise CheckpointError(f"{path}: not a readable state dict ({type(exc).__name__}: {_first_line(exc)})") from None
+    if not isinstance(obj, Mapping) or not obj or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
+        kind = type(obj).__name__ if not isinstance(obj, Mapping) else "a mapping that is not name -> tensor"
+        raise CheckpointError(f"{path}: not a state dict (found {kind})")
+    return dict(obj)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    return lines[0].split(". ")[0][:200]
 
 
 def _one_line(exc: BaseException) -> str:

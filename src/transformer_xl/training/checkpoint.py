@@ -35,20 +35,14 @@ from safetensors.torch import save_file
 
 from .. import __version__
 from ..errors import CheckpointError, ConfigError
-from ..model.io import CONFIG_NAME, WEIGHTS_NAME, atomic_write, load_safetensors
+from ..hub import (CHECKPOINTS, COMPLETE, CONFIG_NAME, STEP_DIR, WEIGHTS_NAME, checkpoint_step,  # noqa: F401
+                   checkpoints_dir, is_model_dir, latest_checkpoint, list_checkpoints, resolve_model_dir)
+from ..model.io import atomic_write, load_safetensors
 
-STEP_DIR = re.compile(r"^step_(\d{8})$")
 TRAINER_STATE = "trainer_state.json"
-CHECKPOINTS = "checkpoints"  # RUN_DIR/checkpoints/step_NNNNNNNN
-COMPLETE = "COMPLETE"  # the completeness marker: written last, removed first
 BEST_INFO = "best.json"  # in best/: {"step": N, "valid_loss": x}
 TRAINING_ONLY = ("optimizer.safetensors", "optimizer.json", "state.safetensors", TRAINER_STATE, COMPLETE)
 TEMPORARY = re.compile(r"^(\.tmp|\.old_|\.prune_).*|^\..*\.tmp$")  # our temporary files and folders
-
-
-def checkpoints_dir(run_dir) -> Path:
-    """Where a run's checkpoints live."""
-    return Path(run_dir) / CHECKPOINTS
 
 
 # ---------------------------------------------------------------------------- optimiser state
@@ -223,15 +217,6 @@ def prune_checkpoints(run_dir, keep: int) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def list_checkpoints(run_dir) -> List[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    root = checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / COMPLETE).is_file()]
-    return sorted(found, key=checkpoint_step)
-
-
 def incomplete_checkpoints(run_dir) -> List[Path]:
     """``step_N`` directories without the marker (half-pruned, or written by a version without markers)."""
     root = checkpoints_dir(run_dir)
@@ -272,16 +257,6 @@ def remove_temporaries(run_dir) -> List[Path]:
                 path.unlink(missing_ok=True)
             removed.append(path)
     return removed
-
-
-def latest_checkpoint(run_dir) -> Optional[Path]:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
-
-
-def checkpoint_step(directory: Optional[Path]) -> int:
-    """The step of a checkpoint directory ``step_N``; -1 for None."""
-    return -1 if directory is None else int(STEP_DIR.match(Path(directory).name).group(1))
 
 
 def load_training_state(directory: Path) -> Tuple[dict, dict, Dict[str, torch.Tensor]]:
@@ -368,27 +343,6 @@ def repair_best(run_dir, best_step: Optional[int], best_valid: Optional[float]) 
     copy_as_best(source, run_dir, info={"step": best_step, "valid_loss": best_valid})
     held = "nothing" if info is None else f"step {info.get('step')}"
     return f"repaired best/: it held {held}, the best validation loss {best_valid:.4f} is step {best_step}'s"
-
-
-def resolve_model_dir(path, label: str = "") -> Path:
-    """A model directory: the path itself, a run's ``best/``, or its last complete checkpoint. ``label``
-    (e.g. ``"--init-from: "``) starts the one-line error."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"{label}{path}: no such run or checkpoint directory")
-    if is_model_dir(path):
-        return path
-    if is_model_dir(path / "best"):
-        return path / "best"
-    latest = latest_checkpoint(path)
-    if latest is None:
-        raise CheckpointError(f"{label}{path}: neither a checkpoint (config.json + model.safetensors) nor a run "
-                              f"with checkpoints")
-    return latest
-
-
-def is_model_dir(path: Path) -> bool:
-    return (Path(path) / CONFIG_NAME).is_file() and (Path(path) / WEIGHTS_NAME).is_file()
 
 
 def _kill_point(name: str) -> None:

@@ -1,7 +1,10 @@
-"""HuggingFace's ``TransfoXLLMHeadModel`` (transformers <= 4.35) to and from this package.
+"""The layouts of config and weights that a model can be read from and written to, besides its own.
 
-HuggingFace's port differs from the original PyTorch code in four ways that a conversion must undo, all
-checked against transformers 4.35.2 by ``tests/convert/test_hf_compat.py``:
+This package's parameter names are those of the original PyTorch code (``MemTransformerLM``), so an original
+state dict maps one to one; its constructor arguments (``config_from_args``) and the checks of
+:func:`prepare_state_dict` (the standard ``pos_emb.inv_freq`` buffer, tied duplicates equal to the tensor they
+are tied to) are all a conversion needs. HuggingFace's ``TransfoXLLMHeadModel`` (transformers <= 4.35) differs
+in four ways that must be undone, all checked against transformers 4.35.2 by ``tests/convert/test_hf_compat.py``:
 
 * **Names.** Everything but ``crit.*`` sits under ``transformer.``.
 * **Tail-cluster order.** HuggingFace (like the authors' TensorFlow code) reads the head log-probability
@@ -18,16 +21,20 @@ checked against transformers 4.35.2 by ``tests/convert/test_hf_compat.py``:
   paper's WikiText-103 evaluation segment, and ``decoding="sliding"``, which is how HuggingFace's
   ``generate`` moves its memory (the prompt as one segment, then one token per step with the last
   ``mem_len`` states as memory).
+
+Nothing here reads files: :mod:`.io` and :mod:`transformer_xl.convert` do.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Tuple
 
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from ..model.config import TransformerXLConfig
+from .config import TransformerXLConfig
+
+LAYOUTS = ("original", "hf")
 
 PREFIX = "transformer."
 DEFAULT_TGT_LEN = 128
@@ -123,3 +130,121 @@ def _reverse_clusters(tensors: Dict[str, torch.Tensor]) -> None:
         if name in tensors:
             tensors[name] = tensors[name].flip(0)
 
+
+
+# ---------------------------------------------------------------------------- the original code's arguments
+# Constructor / training-script arguments of the original code, and HuggingFace config keys,
+# that map one to one onto config fields.
+_DIRECT_FIELDS = (
+    "n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "d_embed", "div_val", "cutoffs",
+    "pre_lnorm", "dropout", "dropatt", "tgt_len", "ext_len", "mem_len", "clamp_len", "same_length",
+    "attn_type", "untie_r", "init", "init_range", "init_std", "proj_init_std", "layer_norm_epsilon",
+)
+
+
+def config_from_args(args: Mapping, source: str) -> TransformerXLConfig:
+    """Build a config from the original constructor arguments or a HuggingFace config dict."""
+    check_layout(source)
+    if source == "hf":
+        return config_from_hf(args)
+    values = {k: args[k] for k in _DIRECT_FIELDS if k in args and args[k] is not None}
+    if "n_token" not in values and "vocab_size" in args:
+        values["n_token"] = args["vocab_size"]
+    if "n_token" not in values:
+        raise ConfigError("n_token: missing from the arguments (HuggingFace configs call it vocab_size)")
+    if int(args.get("sample_softmax", -1) or -1) > 0:
+        raise ConfigError("sample_softmax: sampled softmax checkpoints are not supported (use the adaptive softmax)")
+    if args.get("adaptive") is False:
+        values["cutoffs"] = []
+    values["tie_weight"] = _tie_weight(args)
+    values["tie_projs"] = _tie_projs(args, len(values.get("cutoffs") or []))
+    values.setdefault("tgt_len", 128)
+    values.setdefault("ext_len", 0)
+    values.setdefault("mem_len", 0)
+    return TransformerXLConfig(**values)
+
+
+def _tie_weight(args: Mapping) -> bool:
+    for key in ("tie_weight", "tie_word_embeddings"):
+        if key in args:
+            return bool(args[key])
+    if "not_tied" in args:
+        return not args["not_tied"]
+    return True
+
+
+def _tie_projs(args: Mapping, n_cutoffs: int):
+    if args.get("tie_projs") is not None:
+        return [bool(t) for t in args["tie_projs"]]
+    if "proj_share_all_but_first" in args:
+        return [False] + [bool(args["proj_share_all_but_first"])] * n_cutoffs
+    return [False]
+
+
+def check_layout(source: str) -> None:
+    if source not in LAYOUTS:
+        raise ConfigError(f"source: must be one of {', '.join(LAYOUTS)}, got {source!r}")
+
+
+# ---------------------------------------------------------------------------- state dicts, both ways
+def prepare_state_dict(state_dict: Mapping[str, torch.Tensor], model, source: str,
+                       origin: str) -> Dict[str, torch.Tensor]:
+    """An original or HuggingFace state dict as ``model`` (built from the matching config) holds it: names
+    mapped, ``pos_emb.inv_freq`` checked and dropped, tied duplicates checked and dropped."""
+    check_layout(source)
+    config = model.config
+    if source == "original" and any(k.startswith(PREFIX) for k in state_dict) and "crit.out_layers.0.bias" \
+            not in state_dict and not any(k.startswith("layers.") for k in state_dict):
+        raise CheckpointError(f"{origin}: its names start with '{PREFIX}', as HuggingFace's TransfoXLLMHeadModel "
+                              f"writes them: convert it with --from hf (source='hf')")
+    tensors = from_hf_state_dict(state_dict, config, origin) if source == "hf" else dict(state_dict)
+    _check_inv_freq(tensors, config, origin)
+    _drop_tied(tensors, model, origin)
+    return tensors
+
+
+def _check_inv_freq(tensors: Dict[str, torch.Tensor], config: TransformerXLConfig, origin: str) -> None:
+    inv_freq = tensors.pop("pos_emb.inv_freq", None)
+    if inv_freq is None:
+        return
+    expected = 1.0 / (10000 ** (torch.arange(0.0, config.d_model, 2.0) / config.d_model))
+    if inv_freq.shape != expected.shape or not torch.allclose(inv_freq.float(), expected, rtol=1e-5, atol=0):
+        raise CheckpointError(f"{origin}: pos_emb.inv_freq is not the standard sinusoid buffer for "
+                              f"d_model={config.d_model}")
+
+
+def _drop_tied(tensors: Dict[str, torch.Tensor], model, origin: str) -> None:
+    """Remove names that are aliases of another parameter in ``model``, checking equal values."""
+    owner = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owner.setdefault(id(p), name)
+    for name, p in model.named_parameters(remove_duplicate=False):
+        first = owner[id(p)]
+        if name == first or name not in tensors:
+            continue
+        if first in tensors and not torch.equal(tensors[first], tensors[name]):
+            raise CheckpointError(f"{origin}: {name} should be tied to {first} by the config but differs from it")
+        if first not in tensors:
+            tensors[first] = tensors[name]
+        del tensors[name]
+
+
+def export_state_dict(model, source: str) -> Tuple[Dict[str, torch.Tensor], dict]:
+    """The state dict and arguments the original code (or HuggingFace) would hold for ``model``.
+
+    Tied tensors appear under every name, as ``torch.nn.Module.state_dict`` writes them.
+    """
+    check_layout(source)
+    cfg = model.config
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if cfg.attn_type in (0, 2):
+        state["pos_emb.inv_freq"] = 1.0 / (10000 ** (torch.arange(0.0, cfg.d_model, 2.0) / cfg.d_model))
+    if source == "hf":
+        return to_hf_state_dict(state, cfg), config_to_hf(cfg)
+    args = {k: getattr(cfg, k) for k in _DIRECT_FIELDS}
+    args.update(tie_weight=cfg.tie_weight, tie_projs=list(cfg.tie_projs), sample_softmax=-1)
+    return state, args
+
+
+__all__ = ["HF_DEFAULTS", "LAYOUTS", "config_from_args", "config_from_hf", "config_to_hf", "export_state_dict",
+           "from_hf_state_dict", "prepare_state_dict", "to_hf_state_dict"]

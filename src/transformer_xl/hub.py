@@ -1,0 +1,297 @@
+"""Where a model's files are: one answer for every way a user names a model.
+
+:func:`locate` turns what ``TransformerXL.from_pretrained``, the tokenizer and every ``CKPT`` argument of the
+commands accept into a local folder and the layout of its files:
+
+* a folder in this package's format (``config.json`` + ``model.safetensors``, a vocabulary beside them);
+* a run directory (``run.yaml``, ``checkpoints/step_N/``, ``best/``): its ``best/``, else its last complete
+  checkpoint;
+* a HuggingFace ``TransfoXLLMHeadModel`` folder (its ``config.json``, ``model.safetensors`` or
+  ``pytorch_model.bin``, ``vocab.pkl``), converted in memory by the loader;
+* a hub id (``org/name``, optionally with ``revision=``): the files are fetched with ``huggingface_hub``
+  (the ``hub`` extra), which brings its cache, ``HF_HUB_OFFLINE``, ``HF_TOKEN``, revisions and progress bars;
+  nothing of its download logic is repeated here.
+
+Everything that cannot be resolved is one :class:`~transformer_xl.errors.CheckpointError` line naming what was
+asked for and why (no such folder, offline and not cached, no such repository or revision, no weights in it).
+This module sits below the model: it reads file names and JSON, never weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .errors import CheckpointError, ConfigError
+
+# ---------------------------------------------------------------------------- file names
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+HF_BIN_NAME = "pytorch_model.bin"
+RUN_CONFIG_NAME = "run.yaml"
+#: Tokenizer files, in the order they are looked for: ours (JSON), then HuggingFace's (pickles read without
+#: executing them, or a plain file of one symbol per line).
+VOCAB_NAMES = ("vocab.json", "tokenizer.json", "vocab.pkl", "vocab.bin", "vocab.txt")
+HUB_EXTRA_HINT = 'hub ids need huggingface_hub: pip install "transformer-xl[hub]"'
+
+# ---------------------------------------------------------------------------- run directories
+CHECKPOINTS = "checkpoints"  # RUN_DIR/checkpoints/step_NNNNNNNN
+COMPLETE = "COMPLETE"  # a checkpoint's completeness marker: written last, removed first
+STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+FORMATS = ("txl", "hf")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
+_HF_ONLY_KEYS = ("model_type", "architectures", "vocab_size", "proj_share_all_but_first", "sample_softmax",
+                 "adaptive", "tie_word_embeddings")
+
+
+def checkpoints_dir(run_dir) -> Path:
+    """Where a run's checkpoints live."""
+    return Path(run_dir) / CHECKPOINTS
+
+
+def checkpoint_step(directory: Optional[Path]) -> int:
+    """The step of a checkpoint directory ``step_N``; -1 for None."""
+    return -1 if directory is None else int(STEP_DIR.match(Path(directory).name).group(1))
+
+
+def list_checkpoints(run_dir) -> List[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / COMPLETE).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def latest_checkpoint(run_dir) -> Optional[Path]:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def weights_file(directory) -> Optional[Path]:
+    """The weights of a model folder: ``model.safetensors``, else HuggingFace's ``pytorch_model.bin``."""
+    for name in (WEIGHTS_NAME, HF_BIN_NAME):
+        if (Path(directory) / name).is_file():
+            return Path(directory) / name
+    return None
+
+
+def is_model_dir(path) -> bool:
+    """A folder holding ``config.json`` and weights (ours, or HuggingFace's)."""
+    return (Path(path) / CONFIG_NAME).is_file() and weights_file(path) is not None
+
+
+def resolve_model_dir(path, label: str = "") -> Path:
+    """A local model folder: the path itself, a run's ``best/``, or its last complete checkpoint. ``label``
+    (e.g. ``"--init-from: "``) starts the one-line error."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{label}{path}: no such run or checkpoint directory")
+    if path.is_file():
+        raise CheckpointError(f"{label}{path}: is a file; give the folder that holds config.json and the weights "
+                              f"(or a run directory)")
+    if is_model_dir(path):
+        return path
+    if is_model_dir(path / "best"):
+        return path / "best"
+    latest = latest_checkpoint(path)
+    has_config, has_weights = (path / CONFIG_NAME).is_file(), weights_file(path) is not None
+    if latest is None and has_config != has_weights:  # half a model folder: say which half is missing
+        missing = f"{WEIGHTS_NAME} or {HF_BIN_NAME}" if has_config else CONFIG_NAME
+        raise CheckpointError(f"{label}{path}: not a transformer-xl checkpoint (no {missing})")
+    if latest is None:
+        raise CheckpointError(f"{label}{path}: neither a checkpoint (config.json + model.safetensors or "
+                              f"pytorch_model.bin) nor a run with checkpoints")
+    return latest
+
+
+def find_run_dir(model_dir: Path) -> Optional[Path]:
+    """The run a model folder belongs to (the folder holding ``run.yaml``: itself, or 1-2 levels up), or None."""
+    for candidate in (model_dir, model_dir.parent, model_dir.parent.parent):
+        if (candidate / RUN_CONFIG_NAME).is_file():
+            return candidate
+    return None
+
+
+# ---------------------------------------------------------------------------- config layouts
+def config_format(config: Dict, origin: str) -> str:
+    """``"txl"`` for this package's ``config.json``, ``"hf"`` for HuggingFace TransfoXL's; else one line."""
+    model_type = config.get("model_type")
+    if model_type not in (None, "transfo-xl"):
+        raise CheckpointError(f"{origin}: model_type {model_type!r} is not a Transformer-XL (expected 'transfo-xl')")
+    if any(key in config for key in _HF_ONLY_KEYS):
+        return "hf"
+    if "n_token" in config:
+        return "txl"
+    raise CheckpointError(f"{origin}: neither a transformer-xl config nor a HuggingFace TransfoXL config "
+                          f"(no n_token, vocab_size or model_type)")
+
+
+def read_config(path: Path) -> Dict:
+    """A ``config.json`` as a dict (one CheckpointError line for a missing, undecodable or non-object file)."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not a readable JSON config ({exc})") from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of config fields")
+    return values
+
+
+# ---------------------------------------------------------------------------- locating
+@dataclass
+class Located:
+    """A model's files on this machine.
+
+    ``directory`` holds ``config.json`` and the weights; ``format`` is ``"txl"`` (ours) or ``"hf"``
+    (HuggingFace TransfoXL); ``source`` is what the user gave; ``repo_id``/``commit`` are set for hub models
+    and ``run_dir`` for checkpoints of a local run.
+    """
+
+    directory: Path
+    format: str
+    source: str
+    config: Dict = field(repr=False, default_factory=dict)
+    repo_id: Optional[str] = None
+    commit: Optional[str] = None
+    run_dir: Optional[Path] = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / CONFIG_NAME
+
+    @property
+    def weights_path(self) -> Path:
+        path = weights_file(self.directory)
+        if path is None:
+            raise CheckpointError(f"{self.source}: no weights (model.safetensors or pytorch_model.bin) "
+                                  f"in {self.directory}")
+        return path
+
+    @property
+    def vocab_path(self) -> Optional[Path]:
+        """The tokenizer file beside the weights (see :data:`VOCAB_NAMES`), or None."""
+        return next((self.directory / n for n in VOCAB_NAMES if (self.directory / n).is_file()), None)
+
+
+def looks_like_repo_id(text: str) -> bool:
+    """``org/name`` or ``name`` as the hub spells them (not a path that starts with ``.``, ``/`` or ``~``)."""
+    return bool(_REPO_ID.match(text)) and ".." not in text and not text.endswith((".", "-"))
+
+
+def locate(name_or_path, revision: Optional[str] = None, *, parts: Sequence[str] = ("config", "weights", "vocab"),
+           cache_dir=None, token=None, local_files_only: bool = False, label: str = "") -> Located:
+    """The local folder of a model named by ``name_or_path`` (module docstring).
+
+    ``parts``: what must be present (``config``, ``weights``; ``vocab`` is fetched when it exists). For a hub
+    id only these files are fetched. ``revision`` (a branch, tag or commit) applies to hub ids only.
+    ``label`` starts the error line (e.g. ``"--init-from: "``).
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.exists():
+        if revision is not None:
+            raise ConfigError(f"{label}revision: {revision!r} applies to hub ids; {text} is a local folder")
+        return _locate_local(path, text, label)
+    if not looks_like_repo_id(text):
+        raise CheckpointError(f"{label}{text}: no such run or checkpoint directory")
+    return _locate_hub(text, revision, parts, cache_dir, token, local_files_only, label)
+
+
+def _locate_local(path: Path, source: str, label: str) -> Located:
+    directory = resolve_model_dir(path, label)
+    config = read_config(directory / CONFIG_NAME)
+    return Located(directory, config_format(config, str(directory / CONFIG_NAME)), source, config,
+                   run_dir=find_run_dir(directory))
+
+
+# ---------------------------------------------------------------------------- the hub
+def _hub():
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise CheckpointError(HUB_EXTRA_HINT) from None
+    return huggingface_hub
+
+
+def offline() -> bool:
+    """``HF_HUB_OFFLINE`` as huggingface_hub reads it, looked up now (not when huggingface_hub was imported)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _locate_hub(repo_id: str, revision, parts, cache_dir, token, local_files_only: bool, label: str) -> Located:
+    where = f"{label}{repo_id}" + (f" (revision {revision})" if revision else "") + ": not a local folder; as a hub id"
+    try:
+        hub = _hub()
+    except CheckpointError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
+    local_only = local_files_only or offline()
+
+    def fetch(filename: str) -> Optional[Path]:
+        return _fetch(hub, repo_id, filename, revision, cache_dir, token, local_only, where)
+
+    config_path = fetch(CONFIG_NAME)
+    if config_path is None:
+        raise CheckpointError(_missing(where, [CONFIG_NAME], local_only, "not a model repository"))
+    config = read_config(config_path)
+    fmt = config_format(config, f"{where}: {CONFIG_NAME}")
+    directory = config_path.parent
+    if "weights" in parts:
+        candidates = [WEIGHTS_NAME] + ([HF_BIN_NAME] if fmt == "hf" else [])
+        if not any(fetch(name) is not None for name in candidates):
+            raise CheckpointError(_missing(where, candidates, local_only, "no weights in it"))
+    if "vocab" in parts:
+        next((p for p in map(fetch, VOCAB_NAMES) if p is not None), None)
+    return Located(directory, fmt, repo_id, config, repo_id=repo_id, commit=directory.name)
+
+
+def _missing(where: str, names: List[str], local_only: bool, why: str) -> str:
+    looked = " or ".join(names)
+    if local_only:
+        return (f"{where}: offline (HF_HUB_OFFLINE=1 or local_files_only) and {looked} is not in the "
+                f"huggingface_hub cache")
+    return f"{where}: {why} (no {looked})"
+
+
+def _fetch(hub, repo_id: str, filename: str, revision, cache_dir, token, local_only: bool,
+           where: str) -> Optional[Path]:
+    """One file of the repository through ``hf_hub_download``; None when the repository has no such file
+    (or, offline, when the cache does not hold it). Every other failure is one CheckpointError line."""
+    errors = hub.errors
+    try:
+        return Path(hub.hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir, token=token,
+                                        local_files_only=local_only))
+    except errors.GatedRepoError:
+        raise CheckpointError(f"{where}: a gated repository; accept its terms on the hub and set HF_TOKEN") from None
+    except errors.RepositoryNotFoundError:
+        raise CheckpointError(f"{where}: no such repository on the hub (or a private one: set HF_TOKEN)") from None
+    except errors.RevisionNotFoundError:
+        raise CheckpointError(f"{where}: the repository has no revision {revision!r}") from None
+    except errors.LocalEntryNotFoundError:
+        if local_only:
+            return None
+        raise CheckpointError(f"{where}: the hub cannot be reached and {filename} is not in the huggingface_hub "
+                              f"cache") from None
+    except errors.EntryNotFoundError:
+        return None
+    except (errors.HFValidationError, ValueError) as exc:
+        raise CheckpointError(f"{where}: not a valid hub id or revision ({_first_line(exc)})") from None
+    except (errors.HfHubHTTPError, OSError) as exc:  # other HTTP and network failures
+        raise CheckpointError(f"{where}: could not fetch {filename} ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+__all__ = ["CONFIG_NAME", "HF_BIN_NAME", "Located", "RUN_CONFIG_NAME", "VOCAB_NAMES", "WEIGHTS_NAME",
+           "checkpoints_dir", "config_format", "find_run_dir", "is_model_dir", "latest_checkpoint", "list_checkpoints",
+           "locate", "looks_like_repo_id", "resolve_model_dir"]
