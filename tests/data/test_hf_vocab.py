@@ -18,7 +18,7 @@ import pytest
 from data_fixtures import one_line
 from transformer_xl.data import HFVocab, Vocab, load_plain_pickle, load_vocab, read_hf_vocab
 from transformer_xl.errors import DataError
-from transformer_xl.generation.text import StreamDecoder, encode_prompt
+from transformer_xl.data.tokenizer import StreamDecoder, encode_prompt
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sacremoses")
@@ -238,14 +238,13 @@ def test_inert_placeholders_import_nothing(tmp_path):
     assert read_hf_vocab(tmp_path / "fake.pkl").idx2sym == ["a"]
 
 
-def test_load_vocab_and_vocab_file_explain_a_pickle(tmp_path):
+def test_load_vocab_reads_a_folders_vocab_pkl_without_unpickling(tmp_path):
+    """A HuggingFace folder's vocab.pkl is read by the non-executing reader (HuggingFace's ids); the original
+    code's plain-text ``vocab_file`` reader still explains that a pickle is not a symbol list."""
     tok, path = _hf_tokenizer(tmp_path, lower_case=False)
-    with pytest.raises(DataError) as err:
-        load_vocab(tmp_path)  # a directory with vocab.pkl and no vocab.json
-    assert "txl convert --from hf --vocab" in one_line(err.value)
-    with pytest.raises(DataError) as err:
-        load_vocab(path)
-    assert "txl convert --from hf --vocab" in one_line(err.value)
+    for source in (tmp_path, path):  # a directory with vocab.pkl and no vocab.json, and the file itself
+        vocab = load_vocab(source)
+        assert isinstance(vocab, HFVocab) and vocab.sym2idx == tok.sym2idx
     with pytest.raises(DataError) as err:
         Vocab(vocab_file=path).build_vocab()
     msg = one_line(err.value)

@@ -1,64 +1,61 @@
-"""Finding and loading what the commands work on: a run or checkpoint directory, its config, vocabulary and corpus.
+"""What the commands share to open what they work on: a checkpoint by any name (:mod:`transformer_xl.pretrained`),
+its config and its run.
+
+Every ``CKPT`` argument accepts what ``TransformerXL.from_pretrained`` accepts: a hub id (``org/name``, with
+``--revision``), a folder of ours, a run directory, or a HuggingFace TransfoXL folder.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-
 from ..data import load_vocab
-from ..errors import CheckpointError, ConfigError, DataError
-from ..model import TransformerXL, TransformerXLConfig
-from ..training import checkpoint as ckpt
-from ..training.loop import RUN_CONFIG_NAME, resolve_device
+from ..errors import CheckpointError, DataError
+from ..hub import RUN_CONFIG_NAME, Located, locate
+from ..model import TransformerXLConfig
+from ..model.io import model_config
+from ..pretrained import Checkpoint, open_checkpoint
+
+CKPT_HELP = ("a hub id (org/name), a checkpoint folder (ours, or a HuggingFace TransfoXL folder with its "
+             "vocab.pkl) or a run directory (its best/, else its last checkpoint)")
 
 
-def resolve_checkpoint(path) -> Path:
-    """A model directory: the path itself, or a run's ``best/``, or its last checkpoint."""
-    return ckpt.resolve_model_dir(path)
+def add_checkpoint_args(p, nargs=None) -> None:
+    """The ``CKPT`` positional argument and ``--revision``."""
+    p.add_argument("checkpoint" if nargs is None else "checkpoints", metavar="CKPT", nargs=nargs, help=CKPT_HELP)
+    p.add_argument("--revision", help="for hub ids: a branch, tag or commit (default: main)")
 
 
-def find_run_config(model_dir: Path) -> Path:
-    for candidate in (model_dir / RUN_CONFIG_NAME, model_dir.parent / RUN_CONFIG_NAME,
-                      model_dir.parent.parent / RUN_CONFIG_NAME):
-        if candidate.is_file():
-            return candidate
-    raise CheckpointError(f"{model_dir}: no {RUN_CONFIG_NAME} beside the checkpoint, so its corpus is unknown")
+def locate_checkpoint(name, args) -> Located:
+    """The files of a ``CKPT`` argument (hub files fetched through huggingface_hub)."""
+    return locate(name, getattr(args, "revision", None))
 
 
-def check_vocab(model_dir: Path, corpus) -> None:
-    saved = load_vocab(model_dir)
+def open_for_inference(args, require_tokenizer: bool = True) -> Checkpoint:
+    """``args.checkpoint`` opened on ``args.device`` with ``--tgt-len``/``--mem-len`` (checked before the weights
+    are read) and its tokenizer."""
+    return open_checkpoint(args.checkpoint, getattr(args, "revision", None), device=args.device,
+                           require_tokenizer=require_tokenizer, tgt_len=args.tgt_len, mem_len=args.mem_len)
+
+
+def run_config_of(located: Located, hint: str = "") -> Path:
+    """The ``run.yaml`` of the run a checkpoint belongs to (its corpus); one line when it has none."""
+    if located.run_dir is None:
+        raise CheckpointError(f"{located.source}: no {RUN_CONFIG_NAME} beside the checkpoint, so its corpus is "
+                              f"unknown{hint}")
+    return located.run_dir / RUN_CONFIG_NAME
+
+
+def check_vocab(located: Located, corpus) -> None:
+    saved = load_vocab(located.directory, huggingface=located.format == "hf")
     if len(saved) != len(corpus.vocab) or saved.to_dict() != corpus.vocab.to_dict():
-        raise DataError(f"{model_dir}: the checkpoint's vocabulary ({len(saved)} symbols) does not match the "
-                        f"corpus' ({len(corpus.vocab)} symbols)")
+        raise DataError(f"{located.directory}: the checkpoint's vocabulary ({len(saved)} symbols) does not match "
+                        f"the corpus' ({len(corpus.vocab)} symbols)")
 
 
-def load_model_config(model_dir: Path) -> TransformerXLConfig:
-    """The checkpoint's config.json, read without loading the weights."""
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{model_dir}: not a transformer-xl checkpoint (no config.json)")
-    try:
-        return TransformerXLConfig.from_json_file(path)
-    except ConfigError as exc:
-        raise CheckpointError(f"{path}: {exc}") from None
-
-
-def load_model_and_vocab(path, device="auto", tgt_len=None, mem_len=None):
-    model_dir = resolve_checkpoint(path)
-    device = resolve_device(device)
-    config = load_model_config(model_dir)
-    config.replace(tgt_len=tgt_len or config.tgt_len,  # ConfigError naming the field, before the weights load
-                   mem_len=config.mem_len if mem_len is None else mem_len)
-    try:
-        vocab = load_vocab(model_dir)
-    except DataError as exc:
-        raise CheckpointError(f"{model_dir}: the checkpoint has no usable vocabulary ({exc})") from None
-    if len(vocab) != config.n_token:
-        raise CheckpointError(f"{model_dir}: vocabulary of {len(vocab)} symbols for a model of {config.n_token}")
-    model = TransformerXL.from_pretrained(model_dir, map_location=device).eval()
-    model.reset_length(tgt_len or model.tgt_len, 0, model.mem_len if mem_len is None else mem_len)
-    return model, vocab
+def load_model_config(located: Located) -> TransformerXLConfig:
+    """The checkpoint's config (ours, or HuggingFace's mapped), read without loading the weights."""
+    return model_config(located)
 
 
 def weight_bytes(model) -> int:

@@ -9,15 +9,17 @@ import math
 from pathlib import Path
 
 
+from ..devices import resolve_device
 from ..errors import DataError
 from ..evaluation.context import context_losses, plot_context, recl
 from ..evaluation.figures import check_image_path
 from ..model import TransformerXL
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
+from ..model.io import load_located
 from ..training import load_run_config
-from ..training.loop import load_data, resolve_device
-from .common import check_vocab, find_run_config, load_model_config, resolve_checkpoint
+from ..training.loop import load_data
+from .common import add_checkpoint_args, check_vocab, load_model_config, locate_checkpoint, run_config_of
 from .evaluate import SLIDING_WINDOWS_PER_CALL
 from .options import at_least, checks, command
 
@@ -32,7 +34,7 @@ def add_context(sub) -> None:
                                    "same_length; models without memory: sliding windows), plot loss against context "
                                    "length, and with two or more models compute the paper's Relative Effective "
                                    "Context Length (r=0.1 and r=1).")
-    p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="run or checkpoint directories")
+    add_checkpoint_args(p, nargs="+")
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256])
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"])
     p.add_argument("--batch-size", type=int, default=10)
@@ -55,17 +57,17 @@ def run_context(args) -> int:
         raise DataError("--names: give one distinct name per checkpoint")
     check_image_path(args.plot, "--plot")
     device = resolve_device(args.device)
-    model_dirs = [resolve_checkpoint(path) for path in args.checkpoints]
+    located = [locate_checkpoint(path, args) for path in args.checkpoints]
     group, curves, metric = {}, {}, "ppl"
-    for name, model_dir in zip(names, model_dirs):
+    for name, found in zip(names, located):
         overrides = ["--data-dir", args.data_dir] if args.data_dir else []
-        cfg = load_run_config(str(find_run_config(model_dir)), overrides)
-        config = load_model_config(model_dir)
+        cfg = load_run_config(str(run_config_of(found)), overrides)
+        config = load_model_config(found)
         chunk = _plan_context_memory(config, args.batch_size, args.lengths, device)
-        model = TransformerXL.from_pretrained(model_dir, map_location=device)
+        model = load_located(found, TransformerXL, device)
         model.set_attention(*choose_backend(chunk))
-        corpus = load_data(cfg, vocab_dir=model_dir if cfg.train.init_from else None)
-        check_vocab(model_dir, corpus)
+        corpus = load_data(cfg, vocab_dir=found.directory if cfg.train.init_from else None)
+        check_vocab(found, corpus)
         metric = corpus.metric
         group[name] = context_losses(model, corpus.split(args.split), args.lengths, args.batch_size, args.max_tokens)
         curves[name] = {c: float(v.mean()) for c, v in group[name].items()}

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Tuple
 
 
-from ..errors import CheckpointError, ConfigError, DataError
+from ..devices import autocast_dtype, resolve_device
+from ..errors import ConfigError, DataError
 from ..evaluation import EvalResult, evaluate
 from ..evaluation.vocab_data import EvalData, split_for_checkpoint
+from ..hub import Located
 from ..model import TransformerXL, TransformerXLConfig
+from ..model.io import load_located
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
 from ..training import load_run_config
 from ..training.allocator import keep_cpu_memory
-from ..training.loop import autocast_dtype, load_data, resolve_device
-from .common import check_vocab, find_run_config, load_model_config, resolve_checkpoint
+from ..training.loop import load_data
+from .common import add_checkpoint_args, check_vocab, load_model_config, locate_checkpoint, run_config_of
 from .options import at_least, checks, command
 
 
@@ -35,8 +37,7 @@ SLIDING_WINDOWS_PER_CALL = 64  # windows one forward pass of the sliding evaluat
 @command
 def add_eval(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a run or checkpoint on a split (loss, ppl or bpc, tokens/s)")
-    p.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT", help="a run directory (uses best/, else the last "
-                                                                   "checkpoint) or a checkpoint directory")
+    add_checkpoint_args(p)
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
     p.add_argument("--mode", default="segment", choices=["segment", "sliding"],
                    help="segment: segments with memory (Transformer-XL); sliding: a fresh window of --tgt-len "
@@ -94,20 +95,18 @@ def _eval_lengths(config: TransformerXLConfig, args) -> dict:
     return lengths
 
 
-def _run_data(model_dir: Path, args) -> EvalData:
+def _run_data(located: Located, args) -> EvalData:
     """The split of the run's own corpus (run.yaml), checked against the checkpoint's vocabulary."""
-    try:
-        run_config = find_run_config(model_dir)
-    except CheckpointError as exc:
-        raise CheckpointError(f"{exc}; name one with --dataset NAME --data-dir DIR, or --dataset text "
-                              f"--{args.split}-file FILE") from None
+    run_config = run_config_of(located, f"; name one with --dataset NAME --data-dir DIR, or --dataset text "
+                                        f"--{args.split}-file FILE")
     overrides = []
     for flag in ("data_dir", "cache_dir"):
         if getattr(args, flag, None):
             overrides += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     cfg = load_run_config(str(run_config), overrides)
-    corpus = load_data(cfg, vocab_dir=model_dir if cfg.train.init_from else None)  # a fine-tuned run's own vocabulary
-    check_vocab(model_dir, corpus)
+    # a fine-tuned run's own vocabulary
+    corpus = load_data(cfg, vocab_dir=located.directory if cfg.train.init_from else None)
+    check_vocab(located, corpus)
     return EvalData(corpus.split(args.split), corpus.level, cfg.data.dataset, len(corpus.vocab),
                     cfg.train.keep_cpu_memory)
 
@@ -115,23 +114,23 @@ def _run_data(model_dir: Path, args) -> EvalData:
 def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     if getattr(args, "attn_chunk", 0) < 0:
         raise ConfigError(f"attn_chunk: must be >= 0, got {args.attn_chunk}")
-    model_dir = resolve_checkpoint(args.checkpoint)
+    located = locate_checkpoint(args.checkpoint, args)
     device = resolve_device(args.device)
-    config = load_model_config(model_dir)
+    config = load_model_config(located)
     lengths = _eval_lengths(config, args)
     mode = getattr(args, "mode", "segment")
     amp = autocast_dtype(getattr(args, "precision", "fp32"), device)
     _plan_eval_memory(config, args, lengths, mode, device, 0)  # refuse before reading any data
     if getattr(args, "dataset", None) or any(getattr(args, f"{s}_file", None) for s in ("train", "valid", "test")):
-        data = split_for_checkpoint(model_dir, args)
+        data = split_for_checkpoint(located.directory, args)
     else:
-        data = _run_data(model_dir, args)
+        data = _run_data(located, args)
     if data.n_token != config.n_token:
-        raise DataError(f"{model_dir}: model has {config.n_token} tokens, corpus vocabulary {data.n_token}")
+        raise DataError(f"{located.directory}: model has {config.n_token} tokens, corpus vocabulary {data.n_token}")
     if device.type == "cpu" and data.keep_cpu_memory:
         keep_cpu_memory()
     chunk = _plan_eval_memory(config, args, lengths, mode, device, data.ids.size)  # with the data's copy
-    model = TransformerXL.from_pretrained(model_dir, map_location=device)
+    model = load_located(located, TransformerXL, device)
     model.set_attention(*choose_backend(chunk, getattr(args, "fused_attention", False)))
     if getattr(args, "compile", False):
         model.compile()
@@ -139,7 +138,7 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
                       mem_len=lengths["mem_len"], ext_len=lengths["ext_len"], clamp_len=lengths["clamp_len"],
                       same_length=lengths["same_length"], level=data.level, max_steps=args.max_steps, device=device,
                       autocast_dtype=amp, mode=mode)
-    info = {"checkpoint": str(model_dir), "split": args.split, "dataset": data.dataset, "mode": mode,
+    info = {"checkpoint": str(located.directory), "split": args.split, "dataset": data.dataset, "mode": mode,
             **{k: lengths[k] for k in ("tgt_len", "mem_len", "clamp_len", "same_length")}}
     return result, info
 

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import List
 
-
-from ..errors import DataError
-from ..generation import SamplingConfig, generate
-from ..generation.text import StreamDecoder, encode_prompt
+from ..generation.text import generate_text
 from ..model.config import DECODINGS
 from ..model.footprint import check_decoding_fits
-from .common import load_model_and_vocab, weight_bytes
+from .common import open_for_inference, weight_bytes
 from .options import INFERENCE_CHECKS, add_inference_args, at_least, checks, command, positive
 
 
@@ -46,47 +42,24 @@ def add_generate(sub) -> None:
                             ("--seed", -(1 << 63), (1 << 64) - 1, False)))
 
 
-def stop_ids(vocab, tokens) -> List[int]:
-    """Ids of the ``--stop`` tokens; a token that is not one symbol of the vocabulary is a DataError."""
-    ids = []
-    for tok in tokens or []:
-        if hasattr(vocab, "sym2idx"):  # Vocab: symbols by name
-            if tok not in vocab.sym2idx:
-                raise DataError(f"--stop: {tok!r} is not in the checkpoint's vocabulary")
-            ids.append(vocab.sym2idx[tok])
-            continue
-        if tok.isdigit() and int(tok) < len(vocab):  # a token id (byte value)
-            ids.append(int(tok))
-            continue
-        encoded = vocab.encode(tok) if tok else []
-        if len(encoded) != 1:
-            raise DataError(f"--stop: {tok!r} is not one token of the checkpoint's vocabulary "
-                            f"(it encodes to {len(encoded)} tokens)")
-        ids.append(int(encoded[0]))
-    return ids
-
-
 def run_generate(args) -> int:
-    model, vocab = load_model_and_vocab(args.checkpoint, args.device, args.tgt_len, args.mem_len)
-    ids = encode_prompt(vocab, args.prompt)
-    stops = stop_ids(vocab, args.stop)
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
-                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                              repetition_penalty=args.repetition_penalty, seed=args.seed, stop_tokens=stops)
-    sampling.validate()
+    ckpt = open_for_inference(args)
+    model, tokenizer = ckpt.model, ckpt.tokenizer
+    ids = tokenizer.encode(args.prompt, warn_unknown=False)  # generate_text encodes (and warns) again below
+    tokenizer.token_ids(args.stop)  # a bad --stop is refused before anything is printed
     device = next(model.parameters()).device
     check_decoding_fits(model.config, 1, model.tgt_len, model.mem_len, len(ids) + args.max_new_tokens, device,
                         extra_bytes=-weight_bytes(model))
-    decoder = StreamDecoder(vocab, after_newline=args.prompt.endswith("\n"), context=ids)
     out = sys.stdout
-    out.write(args.prompt)
-    out.flush()
 
-    def on_token(_step, tokens):
-        out.write(decoder.piece(int(tokens[0])))
+    def write(piece: str) -> None:
+        out.write(piece)
         out.flush()
 
-    generate(model, [ids], sampling, on_token=on_token, decoding=args.decoding)
-    out.write(decoder.flush())  # text held back until the next token (e.g. a trailing " @,@ ")
-    out.write("\n")
+    write(args.prompt)
+    generate_text(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
+                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                  repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop or (),
+                  decoding=args.decoding, on_text=write)
+    write("\n")
     return 0

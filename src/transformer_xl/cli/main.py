@@ -25,6 +25,7 @@ import sys
 from typing import List, Optional
 
 
+from .. import __version__
 from ..errors import TXLError
 from . import convert, train, evaluate, plot, generate, score, context, bench  # noqa: F401,I001 (each registers its command, in this order)
 from .options import COMMANDS, check_options
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL language models: train, evaluate, "
                                                              "generate and convert.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS.values():
         add(sub)
@@ -41,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 DEBUG_ENV = "TXL_DEBUG"
+
+
+def version_line() -> str:
+    """``txl 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
+    import platform
+
+    import torch
+
+    return f"txl {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
 
 
 def _one_line(exc: BaseException) -> str:

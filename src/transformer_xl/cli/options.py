@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 
 from ..errors import ConfigError
+from .common import add_checkpoint_args
 
 
 COMMANDS: Dict[str, Callable[[argparse._SubParsersAction], None]] = {}
@@ -69,7 +70,7 @@ INFERENCE_CHECKS = (at_least("--tgt-len", 1), at_least("--mem-len", 0))
 
 
 def add_inference_args(p) -> None:
-    p.add_argument("checkpoint", metavar="CKPT", help="a run directory or a checkpoint directory")
+    add_checkpoint_args(p)
     p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
     p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
     p.add_argument("--device", default="auto")

@@ -1,4 +1,7 @@
-"""``txl score``: per-token log-probabilities and perplexity of a document, with memory.
+"""``txl score``: per-token log-probabilities and the figures of a document, with memory.
+
+What it prints is :func:`transformer_xl.score_text`'s result: the loss in nats per token and the figures named
+for what they are (perplexity and bits per token for words and BPE, bits per character, bits per byte).
 """
 
 from __future__ import annotations
@@ -7,15 +10,13 @@ import json
 import logging
 from pathlib import Path
 
-
 from ..errors import DataError
-from ..evaluation.metrics import metric_value
-from ..generation.text import score_ids, split_documents, symbols
+from ..evaluation.metrics import describe_figures, named_figures
+from ..evaluation.score import score_text
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
-from .common import load_model_and_vocab, weight_bytes
+from .common import open_for_inference, weight_bytes
 from .options import INFERENCE_CHECKS, add_inference_args, checks, command
-
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ def add_score(sub) -> None:
     p.set_defaults(func=run_score, **checks(*INFERENCE_CHECKS))
 
 
-
-
 def _plan_scoring(model) -> None:
     """Score one row at a time: switch to the streamed attention when only it fits (one note)."""
     device = next(model.parameters()).device
@@ -44,40 +43,33 @@ def _plan_scoring(model) -> None:
     model.set_attention(*choose_backend(chunk))
 
 
-def run_score(args) -> int:
-    model, vocab = load_model_and_vocab(args.checkpoint, args.device, args.tgt_len, args.mem_len)
-    path = Path(args.file)
+def read_text_file(path: Path) -> str:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    docs = [d for d in split_documents(text, args.doc_sep) if d.strip()]
-    if not docs:
+    if not text.strip():
         raise DataError(f"{path}: empty file, nothing to score")
-    _plan_scoring(model)
-    total_nll, total_tokens, results = 0.0, 0, []
-    for n, doc in enumerate(docs):
-        ids = vocab.encode(doc)
-        score = score_ids(model, ids, keep_tokens=args.tokens)
-        total_nll, total_tokens = total_nll + score.nll, total_tokens + score.tokens
-        result = {"doc": n, "tokens": score.tokens, "loss": score.loss, "ppl": metric_value(score.loss, "ppl")}
-        if args.tokens:
-            result["token_logprobs"] = [{"token": s, "logprob": lp} for s, lp in
-                                        zip(symbols(vocab, ids[1:]), score.token_logprobs)]
-        results.append(result)
-        if not args.json:
-            print(f"doc {n}: {score.tokens} tokens | loss {score.loss:.4f} | ppl {result['ppl']:.2f}")
-            for item in result.get("token_logprobs", []):
-                print(f"  {item['token']}\t{item['logprob']:.4f}")
-    loss = total_nll / max(total_tokens, 1)
-    summary = {"file": str(path), "documents": len(docs), "tokens": total_tokens, "loss": loss,
-               "ppl": metric_value(loss, "ppl"), "bpc": metric_value(loss, "bpc"), "mem_len": model.mem_len,
-               "tgt_len": model.tgt_len}
+    return text
+
+
+def run_score(args) -> int:
+    ckpt = open_for_inference(args)
+    path = Path(args.file)
+    text = read_text_file(path)
+    _plan_scoring(ckpt.model)
+    result = score_text(ckpt.model, ckpt.tokenizer, text, doc_sep=args.doc_sep, keep_tokens=args.tokens)
+    summary = {"file": str(path), **result.to_dict(ckpt.tokenizer if args.tokens else None)}
     if args.json:
-        print(json.dumps({**summary, "per_document": results}))
-    else:
-        print(f"total: {len(docs)} documents, {total_tokens} tokens | loss {summary['loss']:.4f} | "
-              f"ppl {summary['ppl']:.2f} | bpc {summary['bpc']:.4f}")
+        print(json.dumps(summary))
+        return 0
+    for item, doc in zip(summary["per_document"], result.documents):
+        print(f"doc {item['doc']}: {doc.tokens} tokens | loss {doc.loss:.4f} | "
+              f"{describe_figures(named_figures(doc.loss, result.level))}")
+        for tok in item.get("token_logprobs", []):
+            print(f"  {tok['token']}\t{tok['logprob']:.4f}")
+    print(f"total: {len(result.documents)} documents, {result.tokens} tokens | loss {result.loss:.4f} nats/token | "
+          f"{describe_figures(result.figures)}")
     return 0

@@ -1,25 +1,34 @@
-"""Restore a saved tokenizer of any kind: ``vocab.json`` (Vocab, HFVocab or ByteVocab) or ``tokenizer.json`` (BPE)."""
+"""Restore a saved tokenizer of any kind that checkpoints carry.
+
+Accepted files (:data:`transformer_xl.hub.VOCAB_NAMES`, looked for in this order in a folder):
+
+* ``vocab.json``: ours (``Vocab``, ``HFVocab`` or ``ByteVocab``);
+* ``tokenizer.json``: a HuggingFace ``tokenizers`` BPE tokenizer (ours at BPE level);
+* ``vocab.pkl`` / ``vocab.bin``: HuggingFace ``TransfoXLTokenizer``'s pickle, read by :mod:`.safe_pickle`
+  without executing anything (a payload is refused in one line);
+* ``vocab.txt`` or any plain text file: one symbol per line (the first field of each line), as the original
+  code's ``vocab_file`` (lm1b) and HuggingFace's ``vocab_file`` are written; the table must hold ``<unk>`` or
+  ``<UNK>``. Its tokenization is HuggingFace's (Moses) when it comes with a HuggingFace model, else the original
+  code's (whitespace; lm1b's ``<S>`` markers when the table has them).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import DataError
-from ._io import PathLike, read_json
+from ._io import PathLike, check_file, iter_lines, read_json
 from .bpe import BPETokenizer
-from .hf_vocab import HFVocab
+from .hf_vocab import HFVocab, read_hf_vocab
 from .safe_pickle import looks_like_pickle
-from .vocab import VOCAB_FILENAME, VOCAB_FORMAT, VOCAB_VERSION, ByteVocab, Tokenizer, Vocab
+from .vocab import DOUBLE_EOS, EOS, UNK_SYMBOLS, VOCAB_FORMAT, VOCAB_VERSION, ByteVocab, Tokenizer, Vocab
 
-
-def _pickle_hint(path: Path) -> DataError:
-    return DataError(f"{path} is a pickle (HuggingFace's vocabulary format), which is never loaded directly; "
-                     f"convert it with `txl convert --from hf --vocab {path}` (or transformer_xl.data.read_hf_vocab)")
+VOCAB_FILES = ("vocab.json", "tokenizer.json", "vocab.pkl", "vocab.bin", "vocab.txt")
+ACCEPTED = ("vocab.json (transformer-xl), tokenizer.json (tokenizers BPE), vocab.pkl/vocab.bin (HuggingFace "
+            "TransfoXLTokenizer) or a text file of one symbol per line")
 
 
 def _load_json_tokenizer(path: Path) -> Tokenizer:
-    if looks_like_pickle(path):
-        raise _pickle_hint(path)
     obj = read_json(path, "vocabulary file")
     if isinstance(obj, dict) and obj.get("format") == VOCAB_FORMAT:
         if obj.get("version", 0) > VOCAB_VERSION:
@@ -36,21 +45,49 @@ def _load_json_tokenizer(path: Path) -> Tokenizer:
     raise DataError(f"{path} is neither a transformer-xl vocabulary nor a tokenizers tokenizer.json")
 
 
-def load_vocab(dir_or_file: PathLike) -> Tokenizer:
-    """Restore a saved tokenizer: ``vocab.json`` (Vocab, HFVocab or ByteVocab) or ``tokenizer.json`` (BPE).
+def read_symbol_file(path: PathLike, huggingface: bool = False) -> Vocab:
+    """A plain vocabulary file: the first field of each line, in order (see the module docstring)."""
+    path = check_file(path, "vocabulary file")
+    symbols = []
+    for lineno, line in enumerate(iter_lines(path), 1):
+        fields = line.split()
+        if not fields:
+            raise DataError(f"vocabulary file {path}: line {lineno} is blank (expected one symbol per line)")
+        symbols.append(fields[0])
+    if not any(s in symbols for s in UNK_SYMBOLS):
+        raise DataError(f"vocabulary file {path} has no <unk> or <UNK> symbol")
+    if huggingface:
+        unk = next(s for s in UNK_SYMBOLS if s in symbols)
+        return HFVocab(symbols, unk=unk, add_eos=EOS in symbols)
+    double = DOUBLE_EOS in symbols
+    vocab = Vocab(vocab_file=path, add_double_eos=double, add_eos=EOS in symbols and not double)
+    return vocab.build_vocab()
 
-    A directory is searched for ``vocab.json`` then ``tokenizer.json``. A pickle (HuggingFace's ``vocab.pkl``)
-    is refused with a line saying how to convert it.
-    """
+
+def read_vocab_file(path: PathLike, huggingface: bool = False) -> Tokenizer:
+    """One tokenizer file of any accepted kind (module docstring); ``huggingface``: a plain symbol file is
+    tokenized as HuggingFace's TransfoXLTokenizer does."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataError(f"vocabulary not found: {p}" + (" (a folder: give the file)" if p.is_dir() else ""))
+    if looks_like_pickle(p):
+        return read_hf_vocab(p)
+    head = p.read_bytes()[:1].lstrip()
+    if p.suffix == ".json" or head in (b"{", b"["):
+        return _load_json_tokenizer(p)
+    try:
+        return read_symbol_file(p, huggingface)
+    except DataError as exc:
+        raise DataError(f"{exc}; accepted vocabularies: {ACCEPTED}") from None
+
+
+def load_vocab(dir_or_file: PathLike, huggingface: bool = False) -> Tokenizer:
+    """Restore a saved tokenizer: a file (:func:`read_vocab_file`), or a folder searched for
+    :data:`VOCAB_FILES` in order."""
     p = Path(dir_or_file).expanduser()
     if p.is_dir():
-        for name in (VOCAB_FILENAME, "tokenizer.json"):
+        for name in VOCAB_FILES:
             if (p / name).is_file():
-                return _load_json_tokenizer(p / name)
-        for name in ("vocab.pkl", "vocab.bin"):
-            if (p / name).is_file() and looks_like_pickle(p / name):
-                raise _pickle_hint(p / name)
-        raise DataError(f"no vocab.json or tokenizer.json in {p}")
-    if not p.is_file():
-        raise DataError(f"vocabulary not found: {p}")
-    return _load_json_tokenizer(p)
+                return read_vocab_file(p / name, huggingface)
+        raise DataError(f"no vocabulary in {p} (looked for {', '.join(VOCAB_FILES)})")
+    return read_vocab_file(p, huggingface)

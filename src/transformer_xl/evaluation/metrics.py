@@ -16,3 +16,25 @@ def metric_value(loss: float, metric: str) -> float:
     if metric == "bpc":
         return loss / math.log(2)
     return math.exp(min(loss, 700.0))
+
+
+#: What each level's bits are per: the figures of :func:`named_figures` say it in their names.
+UNITS = {"word": "token", "bpe": "token", "char": "char", "byte": "byte"}
+
+
+def named_figures(loss: float, level: str) -> dict:
+    """The figures of a mean NLL (nats per token), each named for what it is: perplexity per token and bits per
+    token for word and BPE tokens, bits per character (bpc) for characters, bits per byte for bytes."""
+    bits = loss / math.log(2)
+    if level in ("word", "bpe"):
+        return {"ppl": metric_value(loss, "ppl"), "bits_per_token": bits}
+    if level == "char":
+        return {"bpc": bits}
+    return {"bits_per_byte": bits}
+
+
+def describe_figures(figures: dict) -> str:
+    """``ppl 61.70 | 5.9471 bits/token`` and the like, for one output line."""
+    labels = {"ppl": "ppl {:.2f}", "bits_per_token": "{:.4f} bits/token", "bpc": "{:.4f} bits/char (bpc)",
+              "bits_per_byte": "{:.4f} bits/byte"}
+    return " | ".join(labels[k].format(v) for k, v in figures.items())

@@ -137,15 +137,18 @@ def load_located(located: Located, model_class, map_location="cpu"):
     """Build ``model_class`` from a located folder and read its weights; evaluation mode. Bit-exact for our
     own folders; HuggingFace folders are mapped by :func:`~.layouts.prepare_state_dict`."""
     model = model_class(model_config(located))
+    load_into(model, read_weights(located, model), str(located.weights_path))
+    return model.to(map_location).eval()
+
+
+def read_weights(located: Located, model) -> Dict[str, torch.Tensor]:
+    """The located weights under ``model``'s names (HuggingFace's mapped), ready for :func:`load_into`."""
     weights = located.weights_path
     if located.format == "txl":
         if weights.name != WEIGHTS_NAME:
             raise CheckpointError(f"{located.directory}: not a transformer-xl checkpoint (no {WEIGHTS_NAME})")
-        tensors = load_safetensors(weights)
-    else:
-        tensors = prepare_state_dict(load_state_dict_file(weights), model, "hf", str(weights))
-    load_into(model, tensors, str(weights))
-    return model.to(map_location).eval()
+        return load_safetensors(weights)
+    return prepare_state_dict(load_state_dict_file(weights), model, "hf", str(weights))
 
 
 def load_state_dict_file(path) -> Dict[str, torch.Tensor]:

@@ -24,48 +24,52 @@ from ..data import ByteVocab, Corpus, Vocab, load_corpus, load_vocab
 from ..data._io import check_file, normalize_newlines, smallest_dtype, split_lines
 from ..data.corpus import _user_parts
 from ..errors import CheckpointError, ConfigError, DataError
+from ..hub import VOCAB_NAMES, Located, locate
 from ..model.config import TransformerXLConfig
-from . import checkpoint as ckpt
+from ..model.io import model_config
 
 log = logging.getLogger(__name__)
 
 FINETUNE_FIELDS = ("tgt_len", "mem_len", "ext_len", "clamp_len", "same_length", "dropout", "dropatt")
-VOCAB_FILES = ("vocab.json", "tokenizer.json")
 
 
 @dataclass
 class InitSource:
-    """A checkpoint to start from: its directory, model config and vocabulary."""
+    """A checkpoint to start from: its files, model config and vocabulary."""
 
-    directory: Path
+    located: Located
     config: TransformerXLConfig
     vocab: object
 
+    @property
+    def directory(self) -> Path:
+        return self.located.directory
+
 
 def resolve_init_dir(path) -> Path:
-    """A model directory from ``--init-from``: the directory itself, a run's ``best/``, or its last checkpoint."""
-    return ckpt.resolve_model_dir(path, "--init-from: ")
+    """The model folder of ``--init-from``: a folder (ours or HuggingFace's), a run's ``best/`` or last checkpoint,
+    or a hub id's snapshot."""
+    return locate(path, label="--init-from: ").directory
 
 
 def load_init_source(path) -> InitSource:
     """Config and vocabulary of an ``--init-from`` checkpoint (the weights are read later, into the model)."""
-
-    directory = resolve_init_dir(path)
+    located = locate(path, label="--init-from: ")
     try:
-        config = TransformerXLConfig.from_json_file(directory / "config.json")
-    except ConfigError as exc:
-        raise CheckpointError(f"--init-from: {directory / 'config.json'}: {exc}") from None
-    if not any((directory / name).is_file() for name in VOCAB_FILES):
-        raise CheckpointError(f"--init-from: {directory} has no vocabulary (vocab.json or tokenizer.json); "
+        config = model_config(located)
+    except CheckpointError as exc:
+        raise CheckpointError(f"--init-from: {exc}") from None
+    if located.vocab_path is None:
+        raise CheckpointError(f"--init-from: {located.directory} has no vocabulary ({', '.join(VOCAB_NAMES)}); "
                               f"fine-tuning keeps the checkpoint's vocabulary, so it needs one")
     try:
-        vocab = load_vocab(directory)
+        vocab = load_vocab(located.directory, huggingface=located.format == "hf")
     except DataError as exc:
         raise CheckpointError(f"--init-from: {exc}") from None
     if len(vocab) != config.n_token:
-        raise CheckpointError(f"--init-from: {directory}: the vocabulary has {len(vocab):,} symbols, the model "
-                              f"{config.n_token:,} (n_token)")
-    return InitSource(directory, config, vocab)
+        raise CheckpointError(f"--init-from: {located.directory}: the vocabulary has {len(vocab):,} symbols, the "
+                              f"model {config.n_token:,} (n_token)")
+    return InitSource(located, config, vocab)
 
 
 # ---------------------------------------------------------------------------- the model

@@ -26,13 +26,15 @@ import torch
 import yaml
 
 from ..data import LMOrderedIterator, align_labels, load_corpus, load_text_corpus, load_vocab
+from ..devices import autocast_dtype, resolve_device
 from ..errors import CheckpointError, ConfigError, DataError, TXLError
 from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
+from ..hub import RUN_CONFIG_NAME
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
-from ..model.io import WEIGHTS_NAME, load_into, load_safetensors
+from ..model.io import load_into, read_weights
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
 from . import distributed, finetune, preflight
@@ -45,7 +47,6 @@ from .signals import stop_requests
 
 log = logging.getLogger(__name__)
 
-RUN_CONFIG_NAME = "run.yaml"
 
 
 @dataclass
@@ -59,52 +60,6 @@ class TrainResult:
     stopped_by: str = "max_steps"  # max_steps | max_time | SIGINT | SIGTERM (a checkpoint was written first)
     rank: int = 0  # of this process in a distributed run
     checkpoint: Optional[Path] = None  # the last checkpoint this process wrote (rank 0)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``'auto'`` (CUDA when available, else CPU), ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or ``'mps'``.
-
-    An unknown name, or a device this machine does not have, is a one-line ConfigError.
-    """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError, TypeError):
-        raise ConfigError(f"device: unknown device {name!r}; expected auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cpu":
-        return device
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device: {name} requested but CUDA is not available")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"device: {name} requested but this machine has {torch.cuda.device_count()} "
-                              f"CUDA device(s)")
-        return device
-    if device.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ConfigError(f"device: {name} requested but MPS is not available")
-        return device
-    raise ConfigError(f"device: {name!r} is not supported; expected auto, cpu, cuda, cuda:N or mps")
-
-
-def autocast_dtype(precision: str, device: torch.device):
-    if precision == "fp32":
-        return None
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
-    if precision == "bf16" and device.type == "cpu" and not _cpu_has_bf16():
-        log.warning("precision bf16: this CPU has no native bf16 instructions (avx512_bf16/amx); "
-                    "expect bf16 to be slower than fp32")
-    return torch.bfloat16 if precision == "bf16" else torch.float16
-
-
-def _cpu_has_bf16() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def load_data(cfg: RunConfig, vocab_dir=None):
@@ -306,8 +261,7 @@ class Trainer:
 
     def _init_model(self, init: "finetune.InitSource") -> None:
         """Fine-tuning: the weights of the ``--init-from`` checkpoint (read straight into the model: no RNG use)."""
-        weights = init.directory / WEIGHTS_NAME
-        load_into(self.model, load_safetensors(weights), str(weights))
+        load_into(self.model, read_weights(init.located, self.model), str(init.located.weights_path))
         log.info("fine-tuning from %s (%s parameters); fresh optimiser and schedule", init.directory,
                  f"{self.model.num_parameters():,}")
 

@@ -1,0 +1,60 @@
+"""Devices and precisions by name: ``--device auto|cpu|cuda|cuda:N|mps`` and ``--precision fp32|bf16|fp16``."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``'auto'`` (CUDA when available, else CPU), ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or ``'mps'``.
+
+    An unknown name, or a device this machine does not have, is a one-line ConfigError.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"device: unknown device {name!r}; expected auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device: {name} requested but CUDA is not available")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device: {name} requested but this machine has {torch.cuda.device_count()} "
+                              f"CUDA device(s)")
+        return device
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError(f"device: {name} requested but MPS is not available")
+        return device
+    raise ConfigError(f"device: {name!r} is not supported; expected auto, cpu, cuda, cuda:N or mps")
+
+
+def autocast_dtype(precision: str, device: torch.device):
+    if precision == "fp32":
+        return None
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
+    if precision == "bf16" and device.type == "cpu" and not _cpu_has_bf16():
+        log.warning("precision bf16: this CPU has no native bf16 instructions (avx512_bf16/amx); "
+                    "expect bf16 to be slower than fp32")
+    return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+__all__ = ["autocast_dtype", "resolve_device"]

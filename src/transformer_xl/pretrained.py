@@ -1,0 +1,184 @@
+"""Opening a model for use, by any name a user has for it: the layer between the library and the commands.
+
+::
+
+    from transformer_xl import open_checkpoint
+
+    ckpt = open_checkpoint("transfo-xl/transfo-xl-wt103")   # or a folder, a run directory, a HF folder
+    print(ckpt.generate("The castle was built in", max_new_tokens=40, do_sample=False))
+    print(ckpt.score("Some text to score .\\n").figures)
+    ckpt.model, ckpt.tokenizer, ckpt.run                      # the parts, for anything else
+
+:func:`open_checkpoint` locates the files (:func:`transformer_xl.hub.locate`), checks the run-time lengths
+against the model's config before any weight is read, loads the model in evaluation mode on the device, and its
+tokenizer. Every ``CKPT`` argument of ``txl`` goes through it. :func:`push_to_hub` publishes a model (and its
+tokenizer) as a hub repository that ``open_checkpoint`` and ``TransformerXL.from_pretrained`` read back.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .data.tokenizer import TransformerXLTokenizer
+from .devices import resolve_device
+from .errors import CheckpointError, DataError
+from .evaluation.score import TextScore, score_text
+from .generation.text import generate_text
+from .hub import STEP_DIR, VOCAB_NAMES, Located, locate
+from .model import TransformerXL, TransformerXLConfig
+from .model.io import load_located, model_config
+
+RUN_LENGTHS = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
+HUB_HINT = 'publishing needs huggingface_hub: pip install "transformer-xl[hub]"'
+
+
+@dataclass
+class RunInfo:
+    """What is known of where a model comes from: what the user named, the folder its files are in, their
+    layout (``txl``: ours, ``hf``: HuggingFace TransfoXL), the hub repository and commit, and the training run
+    (``run_dir`` holds ``run.yaml``) with the step of the checkpoint when known."""
+
+    source: str
+    directory: Path
+    format: str
+    repo_id: Optional[str] = None
+    commit: Optional[str] = None
+    run_dir: Optional[Path] = None
+    step: Optional[int] = None
+
+    @classmethod
+    def of(cls, located: Located) -> "RunInfo":
+        return cls(located.source, located.directory, located.format, located.repo_id, located.commit,
+                   located.run_dir, _step(located.directory))
+
+    @property
+    def run_config(self) -> Optional[Path]:
+        """The run's ``run.yaml`` (its corpus and settings), or None for a model without a run."""
+        return None if self.run_dir is None else self.run_dir / "run.yaml"
+
+
+def _step(directory: Path) -> Optional[int]:
+    match = STEP_DIR.match(directory.name)
+    if match:
+        return int(match.group(1))
+    try:
+        return int(json.loads((directory / "best.json").read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class Checkpoint:
+    """An opened model: ``model`` (evaluation mode, run-time lengths set), its ``tokenizer`` (None when the
+    checkpoint has none and none was required) and ``run`` (:class:`RunInfo`)."""
+
+    model: TransformerXL
+    tokenizer: Optional[TransformerXLTokenizer]
+    run: RunInfo
+
+    def _tokenizer(self) -> TransformerXLTokenizer:
+        if self.tokenizer is None:
+            raise CheckpointError(f"{self.run.source}: the checkpoint has no vocabulary, so text cannot be "
+                                  f"encoded; add one ({', '.join(VOCAB_NAMES)})")
+        return self.tokenizer
+
+    def generate(self, prompt: str, **settings) -> str:
+        """The continuation of ``prompt`` as text (:func:`~transformer_xl.generation.text.generate_text`)."""
+        return generate_text(self.model, self._tokenizer(), prompt, **settings)
+
+    def score(self, text: str, doc_sep: str = "blank", keep_tokens: bool = False) -> TextScore:
+        """Per-document losses and named figures of ``text`` (:func:`~transformer_xl.evaluation.score.score_text`)."""
+        return score_text(self.model, self._tokenizer(), text, doc_sep=doc_sep, keep_tokens=keep_tokens)
+
+
+def run_lengths(config: TransformerXLConfig, **given) -> dict:
+    """The run-time lengths (``tgt_len, ext_len, mem_len, clamp_len, same_length``): the config's, with the
+    ones given (None keeps the config's), validated as the model validates them (ConfigError naming the field)."""
+    unknown = sorted(set(given) - set(RUN_LENGTHS))
+    if unknown:
+        raise TypeError(f"unknown run-time length(s): {', '.join(unknown)}")
+    lengths = {k: getattr(config, k) if given.get(k) is None else given[k] for k in RUN_LENGTHS}
+    config.replace(**lengths)
+    return lengths
+
+
+def open_checkpoint(name_or_path, revision: Optional[str] = None, *, device="cpu", require_tokenizer: bool = True,
+                    cache_dir=None, token=None, local_files_only: bool = False, label: str = "",
+                    **lengths) -> Checkpoint:
+    """Open the model named by ``name_or_path`` (see the module docstring) with its tokenizer.
+
+    ``device``: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``. ``lengths``: run-time ``tgt_len``,
+    ``ext_len``, ``mem_len``, ``clamp_len``, ``same_length`` (default: the checkpoint's), checked before the
+    weights are read. ``require_tokenizer``: a checkpoint without a vocabulary is an error (else ``tokenizer``
+    is None). ``revision``, ``cache_dir``, ``token``, ``local_files_only``: for hub ids (``huggingface_hub``).
+    """
+    device = resolve_device(device)
+    located = locate(name_or_path, revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only,
+                     label=label)
+    config = model_config(located)
+    settings = run_lengths(config, **lengths)
+    tokenizer = _open_tokenizer(located, config, require_tokenizer, label)
+    model = load_located(located, TransformerXL, device)
+    model.reset_length(**settings)
+    return Checkpoint(model, tokenizer, RunInfo.of(located))
+
+
+def _open_tokenizer(located: Located, config: TransformerXLConfig, required: bool,
+                    label: str) -> Optional[TransformerXLTokenizer]:
+    if located.vocab_path is None:
+        if required:
+            raise CheckpointError(f"{label}{located.source}: the checkpoint has no vocabulary (looked for "
+                                  f"{', '.join(VOCAB_NAMES)} in {located.directory})")
+        return None
+    try:
+        tokenizer = TransformerXLTokenizer.from_folder(located.directory, huggingface=located.format == "hf")
+    except DataError as exc:
+        raise CheckpointError(f"{label}{exc}") from None
+    if len(tokenizer) != config.n_token:
+        raise CheckpointError(f"{label}{located.directory}: vocabulary of {len(tokenizer):,} symbols for a model of "
+                              f"{config.n_token:,}")
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------- publishing
+def push_to_hub(model: TransformerXL, repo_id: str, tokenizer: Optional[TransformerXLTokenizer] = None, *,
+                private: Optional[bool] = None, token=None, revision: Optional[str] = None,
+                commit_message: str = "Upload transformer-xl model") -> str:
+    """Publish ``model`` (and ``tokenizer``) as the hub repository ``repo_id``: the files of
+    ``save_pretrained`` (``config.json``, ``model.safetensors``, ``vocab.json``) and a model card, uploaded
+    with ``huggingface_hub.upload_folder``. Returns the commit's URL. The same as
+    ``model.save_pretrained(d); tokenizer.save_pretrained(d)`` then ``hf upload REPO_ID d``."""
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise CheckpointError(HUB_HINT) from None
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="txl-push-") as folder:
+        model.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        (Path(folder) / "README.md").write_text(model_card(model, tokenizer, repo_id), encoding="utf-8")
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision,
+                                 commit_message=commit_message)
+    return str(getattr(info, "commit_url", info))
+
+
+def model_card(model: TransformerXL, tokenizer: Optional[TransformerXLTokenizer], repo_id: str) -> str:
+    """A short README.md: the hub metadata (``library_name: transformer-xl``) and how to load the model."""
+    cfg = model.config
+    level = f", {tokenizer.level}-level vocabulary of {len(tokenizer):,}" if tokenizer is not None else ""
+    return (
+        "---\nlibrary_name: transformer-xl\ntags:\n- transformer-xl\n- text-generation\n---\n\n"
+        f"# Transformer-XL\n\n{cfg.n_layer} layers, d_model {cfg.d_model}, {cfg.n_head} heads{level}; "
+        f"{model.num_parameters():,} parameters; tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}.\n\n"
+        f"```python\nfrom transformer_xl import open_checkpoint\n\nckpt = open_checkpoint(\"{repo_id}\")\n"
+        "print(ckpt.generate(\"Some text\", max_new_tokens=40))\n```\n"
+    )
+
+
+__all__ = ["Checkpoint", "RunInfo", "model_card", "open_checkpoint", "push_to_hub", "run_lengths"]
