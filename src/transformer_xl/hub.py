@@ -214,8 +214,10 @@ def _locate_local(path: Path, source: str, label: str) -> Located:
 
 # ---------------------------------------------------------------------------- the hub
 def _hub():
+    """``huggingface_hub`` with its ``errors`` module loaded (its attributes load lazily)."""
     try:
         import huggingface_hub
+        import huggingface_hub.errors  # noqa: F401
     except ImportError:
         raise CheckpointError(HUB_EXTRA_HINT) from None
     return huggingface_hub

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from data_fixtures import require
-from test_hf_compat import hf_model, save_hf
+from hf_oracle import hf_model, save_hf
 from transformer_xl import TransformerXL, TransformerXLConfig
 from transformer_xl.cli import main
 from transformer_xl.convert import export_state_dict
