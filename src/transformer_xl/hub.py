@@ -111,8 +111,14 @@ def resolve_model_dir(path, label: str = "") -> Path:
 
 
 def find_run_dir(model_dir: Path) -> Optional[Path]:
-    """The run a model folder belongs to (the folder holding ``run.yaml``: itself, or 1-2 levels up), or None."""
-    for candidate in (model_dir, model_dir.parent, model_dir.parent.parent):
+    """The run a model folder belongs to (the folder holding ``run.yaml``: the run above ``best/`` or
+    ``checkpoints/step_N/``, else the folder itself), or None."""
+    candidates = [model_dir]
+    if model_dir.name == "best":
+        candidates.insert(0, model_dir.parent)
+    elif STEP_DIR.match(model_dir.name) and model_dir.parent.name == CHECKPOINTS:
+        candidates.insert(0, model_dir.parent.parent)
+    for candidate in candidates:
         if (candidate / RUN_CONFIG_NAME).is_file():
             return candidate
     return None

@@ -138,3 +138,71 @@ def test_original_checkpoint_with_the_ptb_vocabulary_of_the_original_rules(tmp_p
     code, _, err = run(capsys, "convert", "--from", "original", "--config", tmp_path / "args.json",
                        "--vocab-from-corpus", "ptb", tmp_path / "model.pt", tmp_path / "out2")
     assert code == 2 and "--data-dir" in err
+
+
+# ---------------------------------------------------------------------------- first-hour surprises (issue 22)
+def _original_checkpoint(tmp_path, n_token: int):
+    model = TransformerXL(TransformerXLConfig(n_token=n_token, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32,
+                                              tgt_len=8, mem_len=8))
+    state, args = export_state_dict(model, "original")
+    torch.save(state, tmp_path / "model.pt")
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    return tmp_path / "model.pt", tmp_path / "args.json"
+
+
+def test_a_plain_symbol_file_is_accepted_as_the_original_vocab_file(tmp_path, capsys):
+    """The original code's ``vocab_file`` (lm1b: one symbol per line, ``<S>`` and ``<UNK>``), not a pickle."""
+    symbols = ["<S>", "</S>", "<UNK>", "the", "cat", "sat", "on", "mat", "."]
+    (tmp_path / "vocab.txt").write_text("".join(f"{s}\t{i}\n" for i, s in enumerate(symbols)), encoding="utf-8")
+    weights, args = _original_checkpoint(tmp_path, len(symbols))
+    code, stdout, err = run(capsys, "convert", "--from", "original", "--config", args, "--vocab",
+                            tmp_path / "vocab.txt", weights, tmp_path / "out")
+    assert code == 0, err
+    vocab = load_vocab(tmp_path / "out")
+    assert vocab.idx2sym == symbols and vocab.add_double_eos  # lm1b's <S> markers, as the original encodes lm1b
+    assert vocab.encode("the dog sat").tolist() == [0, 3, 2, 5, 0]
+    code, stdout, err = run(capsys, "generate", tmp_path / "out", "--prompt", "the cat", "--max-new-tokens", "3")
+    assert code == 0, err
+
+
+def test_a_bad_vocab_file_names_the_accepted_formats(tmp_path, capsys):
+    (tmp_path / "vocab.txt").write_text("the\ncat\n", encoding="utf-8")  # no <unk>
+    weights, args = _original_checkpoint(tmp_path, 2)
+    code, _, err = run(capsys, "convert", "--from", "original", "--config", args, "--vocab", tmp_path / "vocab.txt",
+                       weights, tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1
+    assert "--vocab" in err and "<unk>" in err and "vocab.pkl" in err and "tokenizer.json" in err
+
+
+def test_converting_without_a_vocabulary_says_what_it_costs(tmp_path, capsys, caplog):
+    weights, args = _original_checkpoint(tmp_path, 20)
+    code, stdout, err = run(capsys, "convert", "--from", "original", "--config", args, weights, tmp_path / "out")
+    assert code == 0
+    assert "no vocabulary" in caplog.text and "--vocab" in caplog.text and "generate" in caplog.text
+
+
+def test_huggingface_weights_given_as_original_suggest_from_hf(hf_folder, capsys):
+    folder, _, _ = hf_folder
+    code, _, err = run(capsys, "convert", "--from", "original", "--config", folder / "config.json",
+                       folder / "pytorch_model.bin", folder / "out")
+    assert code == 2 and err.count("\n") == 1 and "--from hf" in err
+    assert not (folder / "out").exists()
+
+
+def test_huggingface_folder_converts_with_its_vocabulary_without_config(hf_folder, capsys):
+    folder, tok, _ = hf_folder
+    code, stdout, err = run(capsys, "convert", "--from", "hf", folder, folder / "out")
+    assert code == 0, err
+    assert load_vocab(folder / "out").sym2idx == tok.sym2idx
+    code, stdout, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json",
+                            folder / "pytorch_model.bin", folder / "out2")
+    assert code == 0 and load_vocab(folder / "out2").sym2idx == tok.sym2idx  # the vocab.pkl beside the weights
+
+
+def test_version(capsys):
+    from transformer_xl import __version__
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"txl {__version__} (torch ")

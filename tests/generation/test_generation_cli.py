@@ -1,6 +1,7 @@
 """txl generate / txl score on a real (tiny) PTB checkpoint; prompts and detokenisation."""
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -99,3 +100,60 @@ def test_stream_decoder_word_and_bytes():
     text = "naïve ünïcode"
     pieces = [dec.piece(b) for b in text.encode("utf-8")]
     assert "".join(pieces) == text and "" in pieces  # a multi-byte character appears once complete
+
+
+def test_score_names_each_figure_for_what_it_is_and_warns_on_unknown_words(ptb_run, tmp_path, capsys, caplog):
+    """Word level: perplexity and bits per *token* (never "bpc"); unknown words are said, as generate says them."""
+    path = tmp_path / "doc.txt"
+    path.write_text("the market fell qqzzx sharply\n", encoding="utf-8")
+    assert main(["score", str(ptb_run), str(path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "bpc" not in result and result["bits_per_token"] == pytest.approx(result["loss"] / math.log(2))
+    assert result["ppl"] == pytest.approx(math.exp(result["loss"])) and result["unknown_words"] == 1
+    assert any("qqzzx" in r.getMessage() and "<unk>" in r.getMessage() for r in caplog.records)
+    assert main(["score", str(ptb_run), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "bits/token" in out and "bpc" not in out
+
+
+@pytest.mark.parametrize("level,name,label", [("byte", "bits_per_byte", "bits/byte"),
+                                              ("char", "bpc", "bits/char (bpc)")])
+def test_score_at_byte_and_char_level_names_its_bits(tmp_path, capsys, level, name, label):
+    text = "the quick brown fox jumps over the lazy dog.\n" * 40
+    (tmp_path / "train.txt").write_text(text, encoding="utf-8")
+    assert main(["train", "--dataset", "text", "--train-file", str(tmp_path / "train.txt"), "--level", level,
+                 "--cache-dir", str(tmp_path / "c"), "--run-dir", str(tmp_path / "run"), "--n-layer", "1",
+                 "--d-model", "16", "--n-head", "2", "--d-head", "8", "--d-inner", "32", "--tgt-len", "8",
+                 "--mem-len", "8", "--max-steps", "1", "--eval-interval", "1", "--eval.max-steps", "1",
+                 "--progress", "false", "--tensorboard", "false"]) == 0
+    capsys.readouterr()
+    (tmp_path / "doc.txt").write_text("the lazy fox\n", encoding="utf-8")
+    assert main(["score", str(tmp_path / "run"), str(tmp_path / "doc.txt"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result[name] == pytest.approx(result["loss"] / math.log(2)) and "ppl" not in result
+    assert main(["score", str(tmp_path / "run"), str(tmp_path / "doc.txt")]) == 0
+    assert label in capsys.readouterr().out
+
+
+def test_python_text_api_gives_what_the_commands_print(ptb_run, tmp_path, capsys):
+    """open_checkpoint(...).generate/score (text in, text out) and txl generate/score agree exactly."""
+    from transformer_xl import TransformerXLTokenizer, generate_text, open_checkpoint
+
+    ckpt = open_checkpoint(ptb_run)
+    assert not ckpt.model.training and ckpt.run.run_dir == ptb_run and ckpt.run.step is not None
+    prompt = "the company said\nstocks"
+    assert main(["generate", str(ptb_run), "--prompt", prompt, "--max-new-tokens", "15", "--seed", "5",
+                 "--top-k", "20"]) == 0
+    printed = capsys.readouterr().out
+    text = ckpt.generate(prompt, max_new_tokens=15, seed=5, top_k=20)
+    assert printed == prompt + text + "\n"
+    tokenizer = TransformerXLTokenizer.from_pretrained(ptb_run)
+    assert generate_text(ckpt.model, tokenizer, prompt, max_new_tokens=15, seed=5, top_k=20) == text
+    ids = tokenizer.encode(prompt)
+    assert tokenizer.convert_ids_to_tokens(ids) == ["the", "company", "said", "<eos>", "stocks"]  # no final <eos>
+    path = tmp_path / "doc.txt"
+    path.write_text("the market fell\n\nstocks rose sharply\n", encoding="utf-8")
+    assert main(["score", str(ptb_run), str(path), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    scored = ckpt.score(path.read_text(encoding="utf-8")).to_dict()
+    assert scored["loss"] == printed["loss"] and scored["per_document"] == printed["per_document"]

@@ -193,8 +193,8 @@ def prepare_state_dict(state_dict: Mapping[str, torch.Tensor], model, source: st
     mapped, ``pos_emb.inv_freq`` checked and dropped, tied duplicates checked and dropped."""
     check_layout(source)
     config = model.config
-    if source == "original" and any(k.startswith(PREFIX) for k in state_dict) and "crit.out_layers.0.bias" \
-            not in state_dict and not any(k.startswith("layers.") for k in state_dict):
+    if source == "original" and any(k.startswith(PREFIX) for k in state_dict) and \
+            not any(k.startswith("layers.") for k in state_dict):
         raise CheckpointError(f"{origin}: its names start with '{PREFIX}', as HuggingFace's TransfoXLLMHeadModel "
                               f"writes them: convert it with --from hf (source='hf')")
     tensors = from_hf_state_dict(state_dict, config, origin) if source == "hf" else dict(state_dict)
