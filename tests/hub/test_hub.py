@@ -290,3 +290,33 @@ def test_a_vocab_pkl_with_a_payload_runs_nothing_and_is_one_line(hub, offline):
         TransformerXLTokenizer.from_pretrained(EVIL, cache_dir=hub.cache)
     one_line(err.value)
     assert not hub.marker.exists()
+
+
+def test_push_to_hub_uploads_a_repository_that_loads_back(hub, offline, monkeypatch, tmp_path):
+    """push_to_hub hands upload_folder the files of save_pretrained and a model card; that folder, put in the
+    cache as the hub would serve it, loads by id to the same numbers. (The upload itself is huggingface_hub's.)"""
+    import shutil
+
+    import huggingface_hub
+
+    from transformer_xl import push_to_hub
+
+    uploaded = tmp_path / "uploaded"
+
+    def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None, **kwargs):
+        shutil.copytree(folder_path, uploaded)
+        return type("Info", (), {"commit_url": f"https://huggingface.co/{repo_id}/commit/1"})()
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo_id, **kw: None)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    ckpt = open_checkpoint(REPO, cache_dir=hub.cache)
+    url = push_to_hub(ckpt.model, "me/pushed", ckpt.tokenizer)
+    assert url.endswith("/commit/1")
+    assert {"config.json", "model.safetensors", "vocab.json", "README.md"} <= {p.name for p in uploaded.iterdir()}
+    assert "library_name: transformer-xl" in (uploaded / "README.md").read_text()
+    add_folder(hub.cache, "me/pushed", uploaded)
+    back = open_checkpoint("me/pushed", cache_dir=hub.cache)
+    x = torch.randint(0, back.model.config.n_token, (1, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(back.model(x[:, :-1], labels=x[:, 1:]).losses, ckpt.model(x[:, :-1], labels=x[:, 1:]).losses)
+    assert back.tokenizer.vocab.to_dict() == ckpt.tokenizer.vocab.to_dict()

@@ -106,7 +106,7 @@ def test_hf_state_dict_converted_as_original_is_refused(tmp_path):
     model = tiny_model()
     state, _ = export_state_dict(model, "hf")
     torch.save(state, tmp_path / "sd.bin")
-    with pytest.raises(CheckpointError, match="unexpected"):
+    with pytest.raises(CheckpointError, match="convert it with --from hf"):
         convert_checkpoint(tmp_path / "sd.bin", write_args(tmp_path, model), tmp_path / "out", source="original")
 
 
