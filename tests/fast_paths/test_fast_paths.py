@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import random_tokens, tiny_model
-from transformer_xl.model.attention import layers as attention_layers
+from transformer_xl.model.attention import backends as attention_backends
 from transformer_xl.model.attention.streamed import streamed_rel_attention
 
 
@@ -13,7 +13,7 @@ from transformer_xl.model.attention.streamed import streamed_rel_attention
 def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch):
     """Keys in blocks with the hand-written backward: losses and every gradient, memory of 0, 7 and 9 > L."""
     calls = []
-    monkeypatch.setattr(attention_layers, "streamed_rel_attention",
+    monkeypatch.setattr(attention_backends, "streamed_rel_attention",
                         lambda *a, **k: calls.append(k["block"]) or streamed_rel_attention(*a, **k))
     model = tiny_model(seed=block, tgt_len=7, mem_len=9, **variant).train()
     names, params = zip(*model.named_parameters())

@@ -163,7 +163,7 @@ def test_bfloat16_larger_shapes():
 @needs_kernels
 def test_matches_module_attention_with_strided_inputs(ieee_float32):
     """Inputs as the model lays them out (head-transposed views), through ``_attend`` of the layer."""
-    from transformer_xl.model.attention import RelPartialLearnableMultiHeadAttn
+    from transformer_xl.model.attention import RelPartialLearnableMultiHeadAttn, Visibility
 
     bsz, n_head, d_head, qlen, mlen = 2, 2, 16, 19, 9
     klen = qlen + mlen
@@ -176,7 +176,8 @@ def test_matches_module_attention_with_strided_inputs(ieee_float32):
     u, vb = (torch.randn(n_head, d_head, generator=gen).to(DEVICE) for _ in range(2))
     assert not q.is_contiguous() and not r_k.is_contiguous()
     mask = _mask(qlen, mlen, 0, None).to(DEVICE)
-    want = layer.attend(rel_attn_score(q, k, r_k, u, vb, layer.scale), v, mask)  # [B, L, H*D]
+    vis = Visibility(qlen, mlen, mask, 0)
+    want = layer.attend(rel_attn_score(q, k, r_k, u, vb, layer.scale), v, vis)  # [B, L, H*D]
     got = ta.rel_attention(q, k, v, r_k, u, vb, layer.scale, block=16)  # [B, H, L, D]
     got = got.transpose(1, 2).reshape(bsz, qlen, n_head * d_head)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

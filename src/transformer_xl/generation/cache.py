@@ -30,7 +30,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from ..model.attention import distances, forbidden, hide, sinusoid_table
+from ..model.attention import Visibility, distances, forbidden, hide, sinusoid_table
 from ..model.config import DECODINGS
 
 PAD = -(1 << 62)  # the token index of padding: below any real index, zero-memory ones included
@@ -72,9 +72,11 @@ class KVBuffer:
 class DecodingCache:
     """Projected keys and values of every layer for a batch being decoded.
 
-    Drive it with :meth:`extend` (any number of new tokens per row, e.g. a prompt, then one at a
-    time); it returns the last layer's states, which ``model.crit.log_probs`` turns into next-token
-    log-probabilities.
+    A value the model's forward takes and extends, as HuggingFace's ``past_key_values``:
+    ``model(ids, cache=cache)`` runs the model's own layers, each of which appends its keys and values
+    (:meth:`layer`) and attends over what this cache lets each token see (:meth:`begin`). :meth:`extend` is that
+    call for any number of new tokens per row (a prompt, then one at a time); it returns the last layer's
+    states, which ``model.crit.log_probs`` turns into next-token log-probabilities.
     """
 
     def __init__(self, model, batch_size: int, max_distance: Optional[int] = None, decoding: Optional[str] = None):
@@ -165,38 +167,53 @@ class DecodingCache:
             for buf in self.keys + self.values:
                 buf.drop_front(keep_from)
 
-    # ------------------------------------------------------------------ the step
-    @torch.no_grad()
-    def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None) -> Tensor:
-        """Feed ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding); returns ``[B, n, d_model]``."""
-        model = self.model
+    # ------------------------------------------------------------------ the cache protocol of the model's forward
+    def begin(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None) -> Visibility:
+        """Start a forward over ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding): the keys each
+        new token may see, as a :class:`Visibility` with mask ``[B, n, T+n]`` over the cached and new keys."""
         bsz, n = input_ids.shape
         pad = padding_mask if padding_mask is not None else torch.zeros_like(input_ids, dtype=torch.bool)
         real = (~pad).long()
         q_index = torch.where(pad, torch.full_like(input_ids, PAD), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
         k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
-        klen = k_index.size(1)
-        self._ensure_positions(klen + 1)
+        self._ensure_positions(k_index.size(1) + 1)
+        self._pending = (k_index, real.sum(1))
         mask = self._forbidden(q_index, k_index)  # [B, n, T+n]
-        h = model.word_emb(input_ids)  # [B, n, d]
-        u, v = getattr(model, "r_w_bias", None), getattr(model, "r_r_bias", None)
-        for i, layer in enumerate(model.layers):
-            h = layer.pos_ff(self._attention(i, layer.dec_attn, h, mask, u, v))
-        self.index = k_index
-        self.count = self.count + real.sum(1)
-        self._trim()
-        return h
+        return Visibility(n, k_index.size(1) - n, mask, 0, kernel_rule=False)
 
-    def _attention(self, i: int, attn, h: Tensor, mask: Tensor, u, v) -> Tensor:
-        u, v = attn.biases(u, v)  # the layer's own with untie_r
-        q, k, val = attn.project(h)  # [B, H, n, D]
-        keys = self.keys[i].append(k)  # [B, H, T+n, D]
-        values = self.values[i].append(val)
-        klen = keys.size(2)
-        r_k = self._r_k[i][:, self._r_len - klen - 1:]  # distances klen .. 0: [H, klen+1, D]
-        score = attn.score(q, keys, r_k, u, v)  # [B, H, n, T+n], the layer's own score
-        return attn.output(h, attn.attend(score, values, mask))  # the layer's masked softmax and sum
+    def layer(self, i: int) -> "LayerCache":
+        """The view of layer ``i`` that its attention extends (:class:`LayerCache`)."""
+        return LayerCache(self, i)
+
+    def end(self) -> None:
+        """Finish the forward begun by :meth:`begin`: count the new tokens and drop keys no one will see."""
+        self.index, added = self._pending
+        self.count = self.count + added
+        self._trim()
+
+    @torch.no_grad()
+    def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None) -> Tensor:
+        """Feed ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding) through the model with this cache;
+        returns the last layer's states ``[B, n, d_model]``."""
+        return self.model(input_ids, padding_mask=padding_mask, cache=self).hidden_states
 
     def __len__(self) -> int:
         """Number of cached key positions (memory plus current segment, padding included)."""
         return self.index.size(1)
+
+
+class LayerCache:
+    """One layer's part of a :class:`DecodingCache`, as the layer's attention uses it: ``update`` appends the
+    new tokens' projected keys and values and returns all of them; ``position_keys`` gives ``W_r R`` for the
+    distances ``klen .. 0``."""
+
+    def __init__(self, cache: DecodingCache, i: int):
+        self.cache, self.i = cache, i
+
+    def update(self, k: Tensor, v: Tensor):
+        """``k, v [B, H, n, D]`` -> every cached key and value, these last: 2 x ``[B, H, T+n, D]``."""
+        return self.cache.keys[self.i].append(k), self.cache.values[self.i].append(v)
+
+    def position_keys(self, klen: int) -> Tensor:
+        """``[H, klen+1, D]`` for distances ``klen .. 0``."""
+        return self.cache._r_k[self.i][:, self.cache._r_len - klen - 1:]

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
-from .attention import BACKENDS, RelPartialLearnableMultiHeadAttn, Visibility, segment_visibility
+from .attention import RelPartialLearnableMultiHeadAttn, Visibility, attention_backend, segment_visibility
 from .config import TransformerXLConfig
 from .dropout import Dropout
 from .io import PretrainedMixin
@@ -42,6 +42,7 @@ class TransformerXLOutput:
     log_probs: Optional[Tensor] = None  # [B, L, V], when asked for
     hidden_states: Optional[Tensor] = None  # [B, L, d_model], the last layer's output
     all_hidden_states: Optional[List[Tensor]] = None  # n_layer + 1 x [B, L, d_model], when asked for
+    cache: Optional[object] = None  # the decoding cache passed in, extended by this call
 
 
 class PositionwiseFF(nn.Module):
@@ -71,9 +72,12 @@ class DecoderLayer(nn.Module):
         self.dec_attn = position_scheme(cfg.attn_type).attention(cfg)
         self.pos_ff = PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm, cfg.layer_norm_epsilon)
 
-    def forward(self, h: Tensor, pos, vis: Visibility, mems: Optional[Tensor] = None) -> Tensor:
-        """h ``[B, L, d]``, ``pos`` from the position scheme, mems ``[B, M, d]`` -> ``[B, L, d]``."""
-        return self.pos_ff(self.dec_attn(h, pos, vis, mems))
+    def forward(self, h: Tensor, pos, vis: Visibility, mems: Optional[Tensor] = None, cache=None) -> Tensor:
+        """h ``[B, L, d]``, ``pos`` from the position scheme, mems ``[B, M, d]`` -> ``[B, L, d]``; ``cache``: the
+        decoding cache's view of this layer (attn_type 0), instead of ``mems``."""
+        if cache is None:
+            return self.pos_ff(self.dec_attn(h, pos, vis, mems))
+        return self.pos_ff(self.dec_attn(h, pos, vis, cache=cache))
 
 
 class TransformerXL(PretrainedMixin, nn.Module):
@@ -195,8 +199,7 @@ class TransformerXL(PretrainedMixin, nn.Module):
         Other attention types only have the plain path and ignore the choice. A run-time choice like the lengths
         of :meth:`reset_length`: it is not saved with the model.
         """
-        if backend not in BACKENDS:
-            raise ValueError(f"attention back-end: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        attention_backend(backend)  # ValueError naming the registered back-ends
         if chunk < 0:
             raise ValueError(f"attention chunk: must be >= 0, got {chunk}")
         for layer in self.layers:
@@ -220,6 +223,20 @@ class TransformerXL(PretrainedMixin, nn.Module):
         return self.mem_len + self.config.same_length_extra
 
     # ------------------------------------------------------------------ the layer stack
+    def cached_transformer(self, input_ids: Tensor, cache, padding_mask: Optional[Tensor] = None) -> Tensor:
+        """The stack over new tokens ``input_ids [B, n]`` given a decoding cache (attn_type 0): the cache holds
+        the projected keys and values of earlier tokens and decides which keys each new token sees; it is
+        extended in place. Returns the last layer's states ``[B, n, d]``."""
+        if self.config.attn_type != 0:
+            raise ValueError("cache: cached decoding needs attn_type 0 (the relative attention)")
+        vis = cache.begin(input_ids, padding_mask)
+        core = self.drop(self.word_emb(input_ids))  # [B, n, d]
+        pos = (None, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None))
+        for i, layer in enumerate(self.layers):
+            core = layer(core, pos, vis, cache=cache.layer(i))
+        cache.end()
+        return self.drop(core)
+
     def transformer(self, input_ids: Tensor, mems: Optional[Sequence[Tensor]] = None,
                     mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None):
         """Run the stack: ``input_ids [B, L]`` -> ``(hidden [B, L, d], new_mems, new_mask, hids)``.
@@ -254,7 +271,7 @@ class TransformerXL(PretrainedMixin, nn.Module):
     # ------------------------------------------------------------------ the language model
     def forward(self, input_ids: Tensor, labels: Optional[Tensor] = None, mems: Optional[Sequence[Tensor]] = None,
                 mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
-                return_log_probs: bool = False, output_hidden_states: bool = False) -> TransformerXLOutput:
+                return_log_probs: bool = False, output_hidden_states: bool = False, cache=None) -> TransformerXLOutput:
         """Language-model forward pass.
 
         Args:
@@ -265,10 +282,18 @@ class TransformerXL(PretrainedMixin, nn.Module):
             mems_mask: ``[B, M]`` bool, memory positions to hide (see :func:`reset_mems`).
             padding_mask: ``[B, L]`` bool, True on padding tokens: hidden as keys and as memory.
             return_log_probs: also return full-vocabulary log-probs ``[B, L, V]``.
+            cache: a :class:`~transformer_xl.generation.DecodingCache` (attn_type 0) instead of ``mems``: the
+                projected keys and values of every earlier token, extended in place by this call (as
+                HuggingFace's ``past_key_values``); returned as ``out.cache``. ``mems`` is then unused.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: expected [B, L], got shape {list(input_ids.shape)}")
-        hidden, new_mems, new_mask, hids = self.transformer(input_ids, mems, mems_mask, padding_mask)
+        if cache is not None:
+            if mems is not None or mems_mask is not None:
+                raise ValueError("cache: give the decoding cache or mems/mems_mask, not both")
+            hidden, new_mems, new_mask, hids = self.cached_transformer(input_ids, cache, padding_mask), None, None, None
+        else:
+            hidden, new_mems, new_mask, hids = self.transformer(input_ids, mems, mems_mask, padding_mask)
         bsz, qlen, d = hidden.shape
         flat = hidden.reshape(-1, d)  # [B*L, d]
         loss = losses = log_probs = None
@@ -284,7 +309,8 @@ class TransformerXL(PretrainedMixin, nn.Module):
         if return_log_probs:
             log_probs = self.crit.log_probs(flat).view(bsz, qlen, -1)
         return TransformerXLOutput(loss=loss, losses=losses, mems=new_mems, mems_mask=new_mask, log_probs=log_probs,
-                                   hidden_states=hidden, all_hidden_states=hids if output_hidden_states else None)
+                                   hidden_states=hidden, all_hidden_states=hids if output_hidden_states else None,
+                                   cache=cache)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

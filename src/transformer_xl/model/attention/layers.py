@@ -26,12 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..dropout import Dropout
-from . import triton_kernel
+from .backends import AttentionCall, KeyValueRows, attention_backend, backend_names, masked_softmax_attend
 from .relative import rel_attn_score, rel_shift
-from .streamed import streamed_rel_attention
 from .visibility import Visibility
 
-BACKENDS = ("plain", "streamed", "triton")
+BACKENDS = backend_names()
 
 
 def choose_backend(attn_chunk: int = 0, fused: bool = False) -> Tuple[str, int]:
@@ -57,30 +56,20 @@ class AttentionBase(nn.Module):
         """``[B, T, H*D] -> [B, H, T, D]``."""
         return x.view(x.size(0), x.size(1), self.n_head, self.d_head).transpose(1, 2)
 
-    def attend(self, score: Tensor, v: Tensor, attn_mask: Optional[Tensor], mask_start: int = 0) -> Tensor:
-        """Masked softmax over keys, then the weighted sum of values.
-
-        score ``[B, H, L, K]``, already scaled and a fresh tensor (it is masked in place), v
-        ``[B, H, K, D]``, attn_mask ``[L, K]`` or ``[B, L, K]`` bool with True where attention is
-        forbidden; key columns before ``mask_start`` hold no True and are left alone (without
-        same_length or hidden keys only the last L columns are masked). Returns ``[B, L, H*D]``.
-        """
-        score = score.float()  # softmax in float32 also under autocast (a copy only then)
-        if attn_mask is not None:
-            mask = attn_mask[:, None] if attn_mask.dim() == 3 else attn_mask  # [B|1, 1|L, L, K]
-            # Not recorded by autograd: softmax's backward is already 0 at a masked entry (its probability
-            # is 0), so the masked_fill backward (a clone and a second masking pass) would change nothing.
-            with torch.no_grad():
-                score[..., mask_start:].masked_fill_(mask[..., mask_start:], float("-inf"))
-        prob = torch.softmax(score, dim=-1).to(v.dtype)  # [B, H, L, K]
-        prob = self.dropatt(prob)
-        vec = torch.matmul(prob, v)  # [B, H, L, D]
-        return vec.transpose(1, 2).reshape(v.size(0), -1, self.n_head * self.d_head)  # [B, L, H*D]
+    def attend(self, score: Tensor, v: Tensor, vis: Visibility) -> Tensor:
+        """Masked softmax of ``score [B, H, L, K]`` (a fresh tensor, masked in place) over the keys ``vis`` lets
+        each query see, attention dropout, the weighted sum of ``v [B, H, K, D]``: ``[B, L, H*D]``."""
+        return merge_heads(masked_softmax_attend(score, v, vis, self.dropatt))
 
     def output(self, h: Tensor, attn_vec: Tensor) -> Tensor:
         """Output projection, dropout, residual and (post-LN) layer norm: ``[B, L, H*D] -> [B, L, d]``."""
         out = self.drop(self.o_net(attn_vec))  # [B, L, d_model]
         return h + out if self.pre_lnorm else self.layer_norm(h + out)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``[B, H, L, D] -> [B, L, H*D]``."""
+    return x.transpose(1, 2).reshape(x.size(0), x.size(2), -1)
 
 
 def with_memory(h: Tensor, mems: Optional[Tensor]) -> Tensor:
@@ -134,10 +123,9 @@ class RelPartialLearnableMultiHeadAttn(QKVAttention):
         self.backend, self.chunk = "plain", 0
 
     def set_backend(self, backend: str, chunk: int = 0) -> None:
-        """``plain``, ``streamed`` (keys ``chunk`` at a time, ``chunk > 0``) or ``triton`` (where it cannot run:
-        streamed with ``chunk > 0``, else plain); all give the same results."""
-        if backend not in BACKENDS:
-            raise ValueError(f"attention back-end: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        """A registered back-end (:mod:`.backends`: ``plain``, ``streamed`` with keys ``chunk`` at a time, ``triton``
+        where it can run, else streamed with ``chunk > 0``, else plain); all give the same results."""
+        attention_backend(backend)  # ValueError for an unknown name
         if chunk < 0 or (backend == "streamed" and chunk == 0):
             raise ValueError(f"{backend} attention: chunk must be > 0, got {chunk}")
         self.backend, self.chunk = backend, 0 if backend == "plain" else chunk
@@ -155,41 +143,40 @@ class RelPartialLearnableMultiHeadAttn(QKVAttention):
         (``r_k [H, K+1, D]`` for distances ``K..0``); see :func:`~.relative.rel_attn_score`."""
         return rel_attn_score(q, k, r_k, u, v, self.scale)
 
-    def forward(self, h: Tensor, pos: Tuple[Tensor, Optional[Tensor], Optional[Tensor]], vis: Visibility,
-                mems: Optional[Tensor] = None) -> Tensor:
-        """h ``[B, L, d]``; pos = ``(R [K+1, d] for distances K..0, u, v)``; mems ``[B, M, d]`` -> ``[B, L, d]``."""
+    def rows(self, h: Tensor, mems: Optional[Tensor]) -> KeyValueRows:
+        """The rows keys and values are projected from, for back-ends that project block by block."""
+        hd = self.n_head * self.d_head
+        ln = (self.layer_norm.weight, self.layer_norm.bias, self.layer_norm.eps) if self.pre_lnorm else None
+        return KeyValueRows(mems, h, self.qkv_net.weight[hd:], ln, self.n_head)
+
+    def queries(self, h: Tensor) -> Tensor:
+        """Queries of the segment only: ``[B, L, d] -> [B, H, L, D]``."""
+        hd = self.n_head * self.d_head
+        return self.heads(F.linear(self.layer_norm(h) if self.pre_lnorm else h, self.qkv_net.weight[:hd]))
+
+    def forward(self, h: Tensor, pos: Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]], vis: Visibility,
+                mems: Optional[Tensor] = None, cache=None) -> Tensor:
+        """h ``[B, L, d]``; pos = ``(R [K+1, d] for distances K..0, u, v)``; mems ``[B, M, d]`` -> ``[B, L, d]``.
+
+        With ``cache`` (a decoding cache's view of this layer, see :mod:`transformer_xl.generation.cache`) the
+        keys and values of earlier tokens are the cache's projections, extended by this call's, and the
+        position keys are the cache's; ``pos``'s R is then unused.
+        """
         pos_emb, u, v = pos
         u, v = self.biases(u, v)
-        r_k = self.position_keys(pos_emb)  # [H, K+1, D]
-        if (self.backend == "triton" and triton_kernel.is_available(h)
-                and not (self.training and self.dropatt.p > 0)):
+        backend = attention_backend(self.backend)
+        if cache is not None:
+            q, k, val = self.project(h)  # [B, H, n, D]
+            k, val = cache.update(k, val)  # [B, H, T+n, D]
+            call = AttentionCall(q, cache.position_keys(k.size(2)), u, v, vis, self.scale, self.dropatt, k=k, v=val)
+        elif backend.takes_rows:
+            call = AttentionCall(self.queries(h), self.position_keys(pos_emb), u, v, vis, self.scale, self.dropatt,
+                                 rows=self.rows(h, mems), chunk=self.chunk)
+        else:
             q, k, val = self.project(h, mems)
-            vec = triton_kernel.rel_attention(q, k, val, r_k, u, v, self.scale, window=vis.window,
-                                       key_hidden=vis.key_hidden)  # [B, H, L, D]
-            return self.output(h, vec.transpose(1, 2).reshape(h.size(0), h.size(1), -1))
-        if self.chunk > 0:
-            return self.output(h, self._attend_streamed(h, mems, r_k, u, v, vis.mask))
-        q, k, val = self.project(h, mems)
-        return self.output(h, self.attend(self.score(q, k, r_k, u, v), val, vis.mask, vis.mask_start))
-
-    def _attend_streamed(self, h, mems, r_k, r_w_bias, r_r_bias, attn_mask) -> Tensor:
-        """Attention with keys ``self.chunk`` at a time (:func:`~.streamed.streamed_rel_attention`).
-
-        Each block's keys and values are projected from its rows of ``[mems, h]`` when it is reached, an
-        online softmax accumulates the result, and the backward pass recomputes block by block: neither the
-        ``[B, H, L, M+L]`` scores nor the ``[B, M+L, 2*H*D]`` projected memory are ever held whole, in
-        training as in evaluation. Returns ``[B, L, H*D]``.
-        """
-        bsz, qlen, _ = h.shape
-        hd = self.n_head * self.d_head
-        w_q, w_kv = self.qkv_net.weight[:hd], self.qkv_net.weight[hd:]  # [H*D, d], [2*H*D, d]
-        q = self.heads(F.linear(self.layer_norm(h) if self.pre_lnorm else h, w_q))  # [B, H, L, D]
-        q_u = (q + r_w_bias[:, None]) * self.scale  # [B, H, L, D]
-        q_v = (q + r_r_bias[:, None]) * self.scale
-        ln = (self.layer_norm.weight, self.layer_norm.bias, self.layer_norm.eps) if self.pre_lnorm else None
-        vec = streamed_rel_attention(q_u, q_v, r_k, mems, h, w_kv, ln, attn_mask, block=self.chunk,
-                                     dropatt=self.dropatt.p, training=self.training)  # [B, H, L, D]
-        return vec.transpose(1, 2).reshape(bsz, qlen, hd)  # [B, L, H*D]
+            call = AttentionCall(q, self.position_keys(pos_emb), u, v, vis, self.scale, self.dropatt, k=k, v=val,
+                                 chunk=self.chunk)
+        return self.output(h, merge_heads(backend.fn(call)))
 
 
 class RelLearnableMultiHeadAttn(QKVAttention):
@@ -212,7 +199,7 @@ class RelLearnableMultiHeadAttn(QKVAttention):
         ac = torch.matmul(q + r_w_bias[:, None], k.transpose(-1, -2))  # [B, H, L, K]
         bd = torch.matmul(q, e.transpose(-1, -2)) + b[:, None, :]  # [B, H, L, K+1]
         score = (ac + rel_shift(bd.contiguous())).mul_(self.scale)
-        return self.output(h, self.attend(score, v, vis.mask, vis.mask_start))
+        return self.output(h, self.attend(score, v, vis))
 
 
 def distance_rows(table_len: int, klen: int, device) -> Tensor:
@@ -241,4 +228,4 @@ class MultiHeadAttn(AttentionBase):
         q = self.heads(self.q_net(h))  # [B, H, L, D]
         k, v = (self.heads(t) for t in self.kv_net(cat).chunk(2, dim=-1))  # [B, H, K, D]
         score = torch.matmul(q * self.scale, k.transpose(-1, -2))  # [B, H, L, K]
-        return self.output(h, self.attend(score, v, vis.mask, vis.mask_start))
+        return self.output(h, self.attend(score, v, vis))

@@ -49,7 +49,8 @@ class Visibility:
     ``mask`` is ``[L, K]`` (or ``[B, L, K]`` with hidden keys), True where attention is forbidden;
     ``mask_start`` is the first key column that can hold a True (without same_length or hidden keys, only the
     future is masked, so the memory columns are left alone). ``window`` (0 = none) and ``key_hidden [B, K]``
-    are the rule's parameters for back-ends that evaluate it themselves.
+    are the rule's parameters for back-ends that evaluate it themselves; ``kernel_rule`` is False when ``mask``
+    holds more than they say (the decoding cache's per-row segments), so that such back-ends use ``mask``.
     """
 
     qlen: int
@@ -58,6 +59,7 @@ class Visibility:
     mask_start: int
     window: int = 0
     key_hidden: Optional[Tensor] = None
+    kernel_rule: bool = True
 
     @property
     def klen(self) -> int:

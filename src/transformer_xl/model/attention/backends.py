@@ -1,0 +1,187 @@
+"""The attention contract: each Transformer-XL layer's attention is one call to a back-end chosen by name.
+
+A layer (:class:`~.layers.RelPartialLearnableMultiHeadAttn`) builds one :class:`AttentionCall` (queries, keys
+and values, position keys, the biases ``u`` and ``v``, the :class:`~.visibility.Visibility` of the pass) and
+hands it to the back-end registered under its name, which returns the attention output ``[B, H, L, D]``::
+
+    score[i, j] = scale * ((q_i + u) . k_j + (q_i + v) . r_k[distance of i to j])
+    out[i]      = softmax_j(score[i, j] where visible) @ v      (attention dropout in training)
+
+Back-ends compute the same thing and differ in how:
+
+==========  ======================================================================================
+name        how
+==========  ======================================================================================
+plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device)
+streamed    keys ``chunk`` at a time with an online softmax and a recomputing backward, so neither the
+            ``[B, H, L, K]`` scores nor the projected memory are held whole (:mod:`.streamed`)
+triton      a fused CUDA kernel (:mod:`.triton_kernel`); where it cannot run, streamed or plain
+==========  ======================================================================================
+
+Keys and values come in one of two forms: projected (``k``, ``v`` ``[B, H, K, D]``; what the decoding cache
+holds), or as the rows they are projected from (:class:`KeyValueRows`: memory and segment states, ``W_kv`` and
+the pre-LN layer norm), for back-ends that project block by block (``takes_rows``). :func:`register_attention`
+adds a back-end; :func:`attention_backend` looks one up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import triton_kernel
+from .relative import rel_attn_score
+from .streamed import streamed_rel_attention
+from .visibility import Visibility
+
+
+@dataclasses.dataclass
+class KeyValueRows:
+    """The rows keys and values are projected from: ``[mems, h]`` through ``W_kv`` (after the layer norm with
+    pre-LN). ``mems [B, M, d]`` or None, ``h [B, L, d]``, ``w_kv [2*H*D, d]``, ``ln = (weight, bias, eps)``."""
+
+    mems: Optional[Tensor]
+    h: Tensor
+    w_kv: Tensor
+    ln: Optional[Tuple[Tensor, Tensor, float]]
+    n_head: int
+
+    def project(self) -> Tuple[Tensor, Tensor]:
+        """Keys and values of all ``K = M + L`` rows: 2 x ``[B, H, K, D]``."""
+        cat = self.h if self.mems is None or self.mems.size(1) == 0 else torch.cat([self.mems, self.h], dim=1)
+        if self.ln is not None:
+            cat = F.layer_norm(cat, (cat.size(-1),), *self.ln)
+        k, v = F.linear(cat, self.w_kv).chunk(2, dim=-1)  # 2 x [B, K, H*D]
+        return split_heads(k, self.n_head), split_heads(v, self.n_head)
+
+
+@dataclasses.dataclass
+class AttentionCall:
+    """Everything one layer's attention needs (module docstring).
+
+    ``q [B, H, L, D]`` (unscaled); either ``k, v [B, H, K, D]`` or ``rows``; ``r_k [H, K+1, D]`` position keys
+    for distances ``K .. 0``; ``u, v_bias [H, D]``; ``vis`` the visibility of the pass; ``scale`` (1/sqrt(D));
+    ``dropatt`` the attention-dropout module (its ``p`` and ``training`` apply); ``chunk`` the key block of
+    streamed back-ends.
+    """
+
+    q: Tensor
+    r_k: Tensor
+    u: Tensor
+    v_bias: Tensor
+    vis: Visibility
+    scale: float
+    dropatt: nn.Module
+    k: Optional[Tensor] = None
+    v: Optional[Tensor] = None
+    rows: Optional[KeyValueRows] = None
+    chunk: int = 0
+
+    def keys_values(self) -> Tuple[Tensor, Tensor]:
+        """``k, v [B, H, K, D]``, projected from ``rows`` when they were not given projected."""
+        if self.k is None:
+            return self.rows.project()
+        return self.k, self.v
+
+    @property
+    def dropout_active(self) -> bool:
+        return self.dropatt.training and self.dropatt.p > 0
+
+
+AttentionFn = Callable[[AttentionCall], Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A registered back-end: ``fn(call) -> [B, H, L, D]``; ``takes_rows``: it wants :class:`KeyValueRows`
+    (it projects keys and values itself) rather than projected keys and values."""
+
+    name: str
+    fn: AttentionFn
+    takes_rows: bool = False
+
+
+_BACKENDS: Dict[str, Backend] = {}
+
+
+def register_attention(name: str, fn: AttentionFn, takes_rows: bool = False) -> None:
+    """Add (or replace) the back-end ``name``."""
+    _BACKENDS[name] = Backend(name, fn, takes_rows)
+
+
+def attention_backend(name: str) -> Backend:
+    if name not in _BACKENDS:
+        raise ValueError(f"attention back-end: must be one of {', '.join(_BACKENDS)}, got {name!r}")
+    return _BACKENDS[name]
+
+
+def backend_names() -> Tuple[str, ...]:
+    return tuple(_BACKENDS)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def split_heads(x: Tensor, n_head: int) -> Tensor:
+    """``[B, T, H*D] -> [B, H, T, D]`` (a view)."""
+    return x.view(x.size(0), x.size(1), n_head, -1).transpose(1, 2)
+
+
+def masked_softmax_attend(score: Tensor, v: Tensor, vis: Visibility, dropatt: nn.Module) -> Tensor:
+    """Masked softmax over keys, attention dropout, then the weighted sum of values.
+
+    score ``[B, H, L, K]``, already scaled and a fresh tensor (it is masked in place); v ``[B, H, K, D]``;
+    ``vis.mask`` ``[L, K]`` or ``[B, L, K]``, True where attention is forbidden, key columns before
+    ``vis.mask_start`` hold no True and are left alone. Returns ``[B, H, L, D]``.
+    """
+    score = score.float()  # softmax in float32 also under autocast (a copy only then)
+    mask = vis.mask
+    if mask is not None:
+        mask = mask[:, None] if mask.dim() == 3 else mask  # [B|1, 1|L, L, K]
+        start = vis.mask_start
+        # Not recorded by autograd: softmax's backward is already 0 at a masked entry (its probability
+        # is 0), so the masked_fill backward (a clone and a second masking pass) would change nothing.
+        with torch.no_grad():
+            score[..., start:].masked_fill_(mask[..., start:], float("-inf"))
+    prob = dropatt(torch.softmax(score, dim=-1).to(v.dtype))  # [B, H, L, K]
+    return torch.matmul(prob, v)  # [B, H, L, D]
+
+
+# ---------------------------------------------------------------------------------------------- back-ends
+def plain_attention(call: AttentionCall) -> Tensor:
+    """The reference: the shift-trick score (:func:`~.relative.rel_attn_score`) and a masked softmax."""
+    k, v = call.keys_values()
+    score = rel_attn_score(call.q, k, call.r_k, call.u, call.v_bias, call.scale)  # [B, H, L, K]
+    return masked_softmax_attend(score, v, call.vis, call.dropatt)
+
+
+def streamed_attention(call: AttentionCall) -> Tensor:
+    """Keys ``call.chunk`` at a time (:func:`~.streamed.streamed_rel_attention`); projected keys and values
+    (decoding) go through the plain path, which holds them anyway."""
+    if call.rows is None or call.chunk <= 0:
+        return plain_attention(call)
+    q_u = (call.q + call.u[:, None]) * call.scale  # [B, H, L, D]
+    q_v = (call.q + call.v_bias[:, None]) * call.scale
+    rows = call.rows
+    return streamed_rel_attention(q_u, q_v, call.r_k, rows.mems, rows.h, rows.w_kv, rows.ln, call.vis.mask,
+                                  block=call.chunk, dropatt=call.dropatt.p, training=call.dropatt.training)
+
+
+def triton_attention(call: AttentionCall) -> Tensor:
+    """The fused kernel where it can run (CUDA, no attention dropout, a segment's rule of window and hidden
+    keys); elsewhere streamed with ``chunk > 0``, else plain."""
+    if not (triton_kernel.is_available(call.q) and not call.dropout_active and call.vis.kernel_rule):
+        return streamed_attention(call)
+    k, v = call.keys_values()
+    return triton_kernel.rel_attention(call.q, k, v, call.r_k, call.u, call.v_bias, call.scale,
+                                       window=call.vis.window, key_hidden=call.vis.key_hidden)
+
+
+register_attention("plain", plain_attention)
+register_attention("streamed", streamed_attention, takes_rows=True)
+register_attention("triton", triton_attention, takes_rows=True)
+
+__all__ = ["AttentionCall", "Backend", "KeyValueRows", "attention_backend", "backend_names", "masked_softmax_attend",
+           "plain_attention", "register_attention", "split_heads", "streamed_attention", "triton_attention"]
