@@ -1,8 +1,10 @@
-"""Devices and precisions by name: ``--device auto|cpu|cuda|cuda:N|mps`` and ``--precision fp32|bf16|fp16``."""
+"""Devices and precisions by name (``--device auto|cpu|cuda|cuda:N|mps``, ``--precision fp32|bf16|fp16``), and the
+one collective that evaluation and training share."""
 
 from __future__ import annotations
 
 import logging
+from typing import List, Sequence
 
 import torch
 
@@ -57,4 +59,16 @@ def _cpu_has_bf16() -> bool:
         return False
 
 
-__all__ = ["autocast_dtype", "resolve_device"]
+def all_reduce_sum(values: Sequence[float], device) -> List[float]:
+    """Element-wise sums over the ranks of the initialised process group (float64: token counts stay exact
+    below 2**53); the values themselves when no process group is initialised."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(values)
+    buf = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(buf)
+    return buf.tolist()
+
+
+__all__ = ["all_reduce_sum", "autocast_dtype", "resolve_device"]

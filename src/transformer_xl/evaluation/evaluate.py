@@ -3,6 +3,7 @@ so the whole split is read once (no re-computation of overlapping windows)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Tuple
@@ -10,9 +11,11 @@ from typing import Any, Optional, Tuple
 import torch
 
 from ..data import LMOrderedIterator, align_labels
+from ..devices import all_reduce_sum
 from ..errors import ConfigError
 from ..model.transformer import IGNORE_INDEX
 from .metrics import metric_name, metric_value
+from .segments import losses_with_memory
 from .token_losses import sliding_losses
 
 
@@ -77,37 +80,29 @@ def evaluate(model, data, settings: Optional[EvalSettings] = None, **fields) -> 
     with model.inference(cfg.tgt_len or model.tgt_len, cfg.ext_len, cfg.mem_len, cfg.clamp_len, cfg.same_length):
         iterator = LMOrderedIterator(data, cfg.batch_size, model.tgt_len, ext_len=model.ext_len, device=device,
                                      rank=cfg.rank, world_size=cfg.world_size)
-        total, count = _segment_losses(model, iterator, cfg.max_steps, device, cfg.autocast_dtype)
+        total, count = _segment_losses(model, iterator, cfg.max_steps, cfg.autocast_dtype)
     if cfg.world_size > 1:
-        total, count = _all_reduce_sum([total, count], device)
+        total, count = all_reduce_sum([total, count], device)
     seconds = time.perf_counter() - start
     loss = total / max(count, 1)
     metric = metric_name(cfg.level)
     return EvalResult(loss=loss, tokens=int(count), seconds=seconds, metric=metric, value=metric_value(loss, metric))
 
 
-def _segment_losses(model, iterator, max_steps, device, autocast_dtype) -> Tuple[float, int]:
+def _segment_losses(model, iterator, max_steps, autocast_dtype) -> Tuple[float, int]:
     """Summed loss (float64) and token count over the iterator's segments, memory carried from each to the next."""
-    total, count, mems = 0.0, 0, None
-    for step, (inp, tgt, _) in enumerate(iterator):
-        if max_steps is not None and step >= max_steps:
-            break
-        tgt = align_labels(inp, tgt)
-        with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype,
-                            enabled=autocast_dtype is not None):
-            out = model(inp, tgt, mems=mems)
-        mems = out.mems
-        total += float(out.losses.double().sum())  # ignored positions (-100) contribute 0
-        count += int((tgt != IGNORE_INDEX).sum())
-    return total, count
+    counts = []
 
+    def segments():
+        for inp, tgt, _ in itertools.islice(iterator, max_steps):
+            tgt = align_labels(inp, tgt)
+            counts.append(int((tgt != IGNORE_INDEX).sum()))
+            yield inp, tgt
 
-def _all_reduce_sum(values, device):
-    import torch.distributed as dist
-
-    buf = torch.tensor(values, dtype=torch.float64, device=device)  # token counts stay exact below 2**53
-    dist.all_reduce(buf)
-    return buf.tolist()
+    total = 0.0
+    for losses in losses_with_memory(model, segments(), autocast_dtype):
+        total += float(losses.double().sum())  # ignored positions (-100) contribute 0
+    return total, sum(counts)
 
 
 def _evaluate_sliding(model, data, batch_size, window, level, max_predictions, device) -> EvalResult:

@@ -13,6 +13,7 @@ import torch
 from ..data.tokenizer import TransformerXLTokenizer, warn_unknown_words
 from ..errors import DataError
 from .metrics import named_figures
+from .segments import losses_with_memory, row_segments
 
 
 @dataclass
@@ -35,15 +36,11 @@ def score_ids(model, ids: np.ndarray, keep_tokens: bool = True) -> DocumentScore
     if ids.numel() < 2:
         return DocumentScore(tokens=0, nll=0.0, ids=ids.tolist())
     inputs, labels = ids[:-1], ids[1:]
-    mems, nll, logprobs = None, 0.0, []
-    for s in range(0, inputs.numel(), model.tgt_len):
-        inp = inputs[s:s + model.tgt_len][None].to(device)
-        tgt = labels[s:s + model.tgt_len][None].to(device)
-        out = model(inp, tgt, mems=mems)
-        mems = out.mems
-        nll += float(out.losses.double().sum())
+    nll, logprobs = 0.0, []
+    for losses in losses_with_memory(model, row_segments(inputs[None], labels[None], model.tgt_len, device)):
+        nll += float(losses.double().sum())
         if keep_tokens:
-            logprobs += (-out.losses[0]).tolist()
+            logprobs += (-losses[0]).tolist()
     return DocumentScore(tokens=int(labels.numel()), nll=nll, token_logprobs=logprobs, ids=ids.tolist())
 
 

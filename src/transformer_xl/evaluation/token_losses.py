@@ -16,6 +16,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .segments import losses_with_memory, row_segments
+
 
 def stream_rows(data, batch_size: int) -> torch.Tensor:
     """``[N] -> [B, N // B]`` contiguous rows, as :class:`LMOrderedIterator` lays them out."""
@@ -36,15 +38,9 @@ def segment_losses(model, data, batch_size: int, tgt_len: int, mem_len: int, max
     device = device or next(model.parameters()).device
     rows = stream_rows(data, batch_size)
     n_pred = _predictions(rows, max_tokens)
-    out, mems = [], None
     with model.inference(tgt_len, 0, mem_len, clamp_len, same_length):
-        for s in range(0, n_pred, tgt_len):
-            e = min(s + tgt_len, n_pred)
-            inp, tgt = rows[:, s:e].to(device), rows[:, s + 1:e + 1].to(device)
-            res = model(inp, tgt, mems=mems)
-            mems = res.mems
-            out.append(res.losses.float().cpu())
-    return torch.cat(out, dim=1)
+        segments = row_segments(rows[:, :-1], rows[:, 1:], tgt_len, device, limit=n_pred)
+        return torch.cat([losses.float().cpu() for losses in losses_with_memory(model, segments)], dim=1)
 
 
 @torch.no_grad()

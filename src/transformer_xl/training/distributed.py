@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .. import devices
 from ..errors import ConfigError, TXLError
 from ..model.io import unique_state_dict
 from . import checkpoint as ckpt
@@ -331,14 +332,8 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- collectives
 def all_reduce_sum(ctx: DistContext, values: Sequence[float]) -> List[float]:
-    """Element-wise sums over the ranks (float64)."""
-    if not ctx.active:
-        return list(values)
-    import torch.distributed as dist
-
-    buf = torch.tensor(list(values), dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(buf)
-    return buf.tolist()
+    """Element-wise sums over the ranks of the run (float64)."""
+    return devices.all_reduce_sum(values, ctx.device) if ctx.active else list(values)
 
 
 def check_agree(ctx: DistContext, value: int, what: str, hint: str) -> None:
