@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 
 
@@ -13,6 +12,7 @@ from ..devices import resolve_device
 from ..errors import DataError
 from ..evaluation.context import context_losses, plot_context, recl
 from ..evaluation.figures import check_image_path
+from ..evaluation.metrics import metric_value
 from ..model import TransformerXL
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
@@ -103,5 +103,5 @@ def _print_context_table(curves, lengths, metric: str) -> None:
     print("| model | " + " | ".join(str(c) for c in lengths) + " |")
     print("|---|" + "---|" * len(lengths))
     for name, curve in curves.items():
-        values = [math.exp(curve[c]) if metric == "ppl" else curve[c] / math.log(2) for c in lengths]
+        values = [metric_value(curve[c], metric) for c in lengths]
         print(f"| {name} ({metric}) | " + " | ".join(f"{v:.2f}" for v in values) + " |")

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .figures import pyplot, save_figure
+from .metrics import metric_value
 from .token_losses import segment_losses, sliding_losses
 
 Losses = Mapping[int, np.ndarray]  # context length -> per-token losses [N], same tokens for every length
@@ -101,7 +102,7 @@ def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, curve in curves.items():
         xs = sorted(curve)
-        ys = [math.exp(curve[c]) if metric == "ppl" else curve[c] / math.log(2) for c in xs]
+        ys = [metric_value(curve[c], metric) for c in xs]
         ax.plot(xs, ys, "o-", label=name, markersize=4)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
