@@ -153,8 +153,11 @@ def test_eval_command_reports_ppl_and_json(tmp_path, capsys):
     assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
                  "--attn-chunk", "4", "--json"]) == 0
     assert math.isclose(json.loads(capsys.readouterr().out)["loss"], result["loss"], rel_tol=1e-5)
+    assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
+                 "--attention", "streamed:4", "--json"]) == 0  # the one option; --attn-chunk is its older spelling
+    assert math.isclose(json.loads(capsys.readouterr().out)["loss"], result["loss"], rel_tol=1e-5)
     assert main(["eval", str(run), "--attn-chunk", "-1"]) == 2
-    assert "attn_chunk" in capsys.readouterr().err
+    assert "attn-chunk" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "nothing-here")]) == 2
 
 

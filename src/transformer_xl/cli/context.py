@@ -14,8 +14,8 @@ from ..evaluation.context import context_losses, plot_context, recl
 from ..evaluation.figures import check_image_path
 from ..evaluation.metrics import metric_value
 from ..model import TransformerXL
-from ..model.attention import choose_backend
-from ..model.footprint import plan_attention
+from ..model.attention import AttentionChoice
+from ..model.footprint import fit_attention
 from ..model.io import load_located
 from ..training import load_run_config
 from ..training.loop import load_data
@@ -63,9 +63,9 @@ def run_context(args) -> int:
         overrides = ["--data-dir", args.data_dir] if args.data_dir else []
         cfg = load_run_config(str(run_config_of(found)), overrides)
         config = load_model_config(found)
-        chunk = _plan_context_memory(config, args.batch_size, args.lengths, device)
+        choice = _plan_context_memory(config, args.batch_size, args.lengths, device)
         model = load_located(found, TransformerXL, device)
-        model.set_attention(*choose_backend(chunk))
+        model.set_attention(*choice)
         corpus = load_data(cfg, vocab_dir=found.directory if cfg.train.init_from else None)
         check_vocab(found, corpus)
         metric = corpus.metric
@@ -85,17 +85,14 @@ def run_context(args) -> int:
     return 0
 
 
-def _plan_context_memory(config, batch_size: int, lengths, device) -> int:
+def _plan_context_memory(config, batch_size: int, lengths, device) -> AttentionChoice:
     """As :func:`_plan_eval_memory`, for the longest context length (see :func:`.context.context_losses`)."""
     c = max(lengths)
     if config.attn_type == 0 or config.mem_len > 0:
         batch, seg, mem = batch_size, min(config.tgt_len, c), c
     else:
         batch, seg, mem = batch_size * SLIDING_WINDOWS_PER_CALL, c, 0
-    chunk, note = plan_attention(config, batch, seg, mem, device)
-    if note:
-        log.warning(note)
-    return chunk
+    return fit_attention(config, batch, seg, mem, device)
 
 
 def _print_context_table(curves, lengths, metric: str) -> None:

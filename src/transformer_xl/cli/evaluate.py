@@ -13,19 +13,19 @@ from typing import Tuple
 
 
 from ..devices import autocast_dtype, resolve_device
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..evaluation import EvalResult, evaluate
 from ..evaluation.vocab_data import EvalData, split_for_checkpoint
 from ..hub import Located
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.io import load_located
-from ..model.attention import choose_backend
-from ..model.footprint import plan_attention
+from ..model.attention import AttentionChoice
+from ..model.footprint import fit_attention
 from ..training import load_run_config
 from ..training.allocator import keep_cpu_memory
 from ..training.loop import load_data
 from .common import add_checkpoint_args, check_vocab, load_model_config, locate_checkpoint, run_config_of
-from .options import at_least, checks, command
+from .options import add_attention_args, at_least, attention_option, checks, command
 
 
 log = logging.getLogger(__name__)
@@ -61,11 +61,7 @@ def add_eval(sub) -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="autocast precision of the forward passes (fp16 needs a GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays off on long evaluations)")
-    p.add_argument("--attn-chunk", type=int, default=0, metavar="N",
-                   help="memory-efficient attention (attn_type 0): keys streamed N at a time (e.g. 256), so peak "
-                        "memory no longer grows with --mem-len; same results")
-    p.add_argument("--fused-attention", action="store_true",
-                   help="the fused Triton attention kernel (CUDA with triton installed; elsewhere the plain path)")
+    add_attention_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval, **checks(at_least("--tgt-len", 1), at_least("--mem-len", 0),
                                            at_least("--ext-len", 0), at_least("--clamp-len", -1),
@@ -112,8 +108,6 @@ def _run_data(located: Located, args) -> EvalData:
 
 
 def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
-    if getattr(args, "attn_chunk", 0) < 0:
-        raise ConfigError(f"attn_chunk: must be >= 0, got {args.attn_chunk}")
     located = locate_checkpoint(args.checkpoint, args)
     device = resolve_device(args.device)
     config = load_model_config(located)
@@ -129,9 +123,9 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
         raise DataError(f"{located.directory}: model has {config.n_token} tokens, corpus vocabulary {data.n_token}")
     if device.type == "cpu" and data.keep_cpu_memory:
         keep_cpu_memory()
-    chunk = _plan_eval_memory(config, args, lengths, mode, device, data.ids.size)  # with the data's copy
+    choice = _plan_eval_memory(config, args, lengths, mode, device, data.ids.size)  # with the data's copy
     model = load_located(located, TransformerXL, device)
-    model.set_attention(*choose_backend(chunk, getattr(args, "fused_attention", False)))
+    model.set_attention(*choice)
     if getattr(args, "compile", False):
         model.compile()
     result = evaluate(model, data.ids, batch_size=args.batch_size, tgt_len=lengths["tgt_len"],
@@ -143,15 +137,12 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     return result, info
 
 
-def _plan_eval_memory(config, args, lengths: dict, mode: str, device, n_tokens: int) -> int:
-    """The attention block size to evaluate with: ``--attn-chunk``, or the streamed attention when only it
-    fits (one note on stderr); ConfigError with the estimate when nothing fits."""
+def _plan_eval_memory(config, args, lengths: dict, mode: str, device, n_tokens: int) -> AttentionChoice:
+    """The attention to evaluate with: ``--attention``, or the streamed attention when only it fits (one note
+    on stderr, once the data is counted); ConfigError with the estimate when nothing fits."""
     if mode == "sliding":
         batch, seg, mem = args.batch_size * SLIDING_WINDOWS_PER_CALL, lengths["tgt_len"], 0
     else:
         batch, seg, mem = args.batch_size, lengths["tgt_len"] + lengths["ext_len"], lengths["mem_len"]
-    chunk, note = plan_attention(config, batch, seg, mem, device, attn_chunk=getattr(args, "attn_chunk", 0),
-                                 precision=getattr(args, "precision", "fp32"), extra_bytes=8 * n_tokens)
-    if note and n_tokens:  # said once, with the data counted
-        log.warning(note)
-    return chunk
+    return fit_attention(config, batch, seg, mem, device, attention_option(args), quiet=not n_tokens,
+                         precision=getattr(args, "precision", "fp32"), extra_bytes=8 * n_tokens)

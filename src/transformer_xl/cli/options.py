@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 
 from ..errors import ConfigError
+from ..model.attention import AttentionChoice
 from .common import add_checkpoint_args
 
 
@@ -74,3 +75,28 @@ def add_inference_args(p) -> None:
     p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
     p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
     p.add_argument("--device", default="auto")
+
+
+def add_attention_args(p) -> None:
+    """``--attention NAME[:CHUNK]``, the one option that picks the attention, and its older spellings."""
+    p.add_argument("--attention", metavar="NAME[:CHUNK]",
+                   help="the attention back-end (attn_type 0), same results: plain (default); streamed:N, keys N at a "
+                        "time (e.g. streamed:256), so peak memory no longer grows with --mem-len; triton, the fused "
+                        "CUDA kernel (elsewhere streamed with :N, else plain)")
+    p.add_argument("--attn-chunk", type=int, default=0, metavar="N", help="the same as --attention streamed:N")
+    p.add_argument("--fused-attention", action="store_true", help="the same as --attention triton")
+
+
+def attention_option(args) -> AttentionChoice:
+    """The attention asked for on the command line (ConfigError naming the flag when it is not one)."""
+    chunk, fused = getattr(args, "attn_chunk", 0) or 0, getattr(args, "fused_attention", False)
+    check_range("--attn-chunk", chunk, 0)
+    text = getattr(args, "attention", None)
+    if text is None:
+        return AttentionChoice.of(chunk, fused)
+    if chunk or fused:
+        raise ConfigError("--attention: give it alone (--attn-chunk and --fused-attention are its older spellings)")
+    try:
+        return AttentionChoice.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"--attention: {exc}") from None

@@ -13,8 +13,8 @@ from pathlib import Path
 from ..errors import DataError
 from ..evaluation.metrics import describe_figures, named_figures
 from ..evaluation.score import score_text
-from ..model.attention import choose_backend
-from ..model.footprint import plan_attention
+from ..model.attention import AttentionChoice
+from ..model.footprint import fit_attention
 from .common import open_for_inference, weight_bytes
 from .options import INFERENCE_CHECKS, add_inference_args, checks, command
 
@@ -36,11 +36,8 @@ def add_score(sub) -> None:
 def _plan_scoring(model) -> None:
     """Score one row at a time: switch to the streamed attention when only it fits (one note)."""
     device = next(model.parameters()).device
-    chunk, note = plan_attention(model.config, 1, model.tgt_len, model.mem_len, device,
-                                 attn_chunk=model.attn_backend[1], extra_bytes=-weight_bytes(model))
-    if note:
-        log.warning(note)
-    model.set_attention(*choose_backend(chunk))
+    model.set_attention(*fit_attention(model.config, 1, model.tgt_len, model.mem_len, device,
+                                       AttentionChoice(*model.attn_backend), extra_bytes=-weight_bytes(model)))
 
 
 def read_text_file(path: Path) -> str:

@@ -28,6 +28,7 @@ within a factor of 2 either way there. :func:`check_fits` compares it with :func
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,11 @@ from typing import Dict, Optional, Union
 import torch
 
 from ..errors import ConfigError
+from .attention import AttentionChoice
 from .config import TransformerXLConfig
 from .transformer import TransformerXL
+
+log = logging.getLogger(__name__)
 
 #: The streamed attention's block size that :func:`plan_attention` switches to.
 STREAM_CHUNK = 256
@@ -274,6 +278,21 @@ def plan_attention(config: TransformerXLConfig, batch_size: int, tgt_len: int, m
     raise ConfigError(_refusal(what, need, avail, device))
 
 
+def fit_attention(config: TransformerXLConfig, batch_size: int, tgt_len: int, mem_len: int,
+                  device: Union[str, torch.device] = "cpu", choice: AttentionChoice = AttentionChoice(),
+                  training: bool = False, precision: str = "fp32", extra_bytes: int = 0,
+                  quiet: bool = False) -> AttentionChoice:
+    """The attention to run with: ``choice`` when the estimate fits; the streamed attention when only it fits
+    (one warning line, unless ``quiet``); otherwise a ConfigError with the estimate (:func:`plan_attention`)."""
+    chunk, note = plan_attention(config, batch_size, tgt_len, mem_len, device, training, attn_chunk=choice.chunk,
+                                 precision=precision, extra_bytes=extra_bytes)
+    if chunk == choice.chunk:
+        return choice
+    if note and not quiet:
+        log.warning(note)
+    return AttentionChoice("streamed" if choice.backend == "plain" else choice.backend, chunk)
+
+
 def check_decoding_fits(config: TransformerXLConfig, batch_size: int, tgt_len: int, mem_len: int, tokens: int,
                         device: Union[str, torch.device] = "cpu", available: Optional[int] = None,
                         extra_bytes: int = 0) -> None:
@@ -291,4 +310,5 @@ def check_decoding_fits(config: TransformerXLConfig, batch_size: int, tgt_len: i
 
 
 __all__ = ["Footprint", "MARGIN", "STREAM_CHUNK", "available_bytes", "check_decoding_fits", "check_fits",
-           "decoding_footprint", "format_bytes", "forward_footprint", "parameter_count", "plan_attention"]
+           "decoding_footprint", "fit_attention", "format_bytes", "forward_footprint", "parameter_count",
+           "plan_attention"]

@@ -6,13 +6,13 @@ query sees), :mod:`.backends` (the contract: one call per layer, back-ends by na
 :class:`~.layers.RelPartialLearnableMultiHeadAttn`'s plain path computes, with less memory or fused on a GPU.
 """
 
-from .backends import (AttentionCall, Backend, KeyValueRows, attention_backend, backend_names, register_attention)
+from .backends import (AttentionCall, AttentionChoice, Backend, KeyValueRows, attention_backend, backend_names, register_attention)
 from .layers import (BACKENDS, AttentionBase, choose_backend, MultiHeadAttn, QKVAttention, RelLearnableMultiHeadAttn,
                      RelPartialLearnableMultiHeadAttn)
 from .relative import distances, rel_attn_score, rel_shift, sinusoid_table
 from .visibility import Visibility, block_mask, forbidden, hide, segment_visibility
 
-__all__ = ["AttentionCall", "Backend", "KeyValueRows", "attention_backend", "backend_names", "register_attention",
+__all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "register_attention",
            "BACKENDS", "AttentionBase", "choose_backend", "MultiHeadAttn", "QKVAttention", "RelLearnableMultiHeadAttn",
            "RelPartialLearnableMultiHeadAttn", "Visibility", "block_mask", "distances", "forbidden", "hide",
            "rel_attn_score", "rel_shift", "segment_visibility", "sinusoid_table"]

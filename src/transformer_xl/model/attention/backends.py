@@ -27,7 +27,7 @@ adds a back-end; :func:`attention_backend` looks one up.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -108,6 +108,37 @@ class Backend:
 _BACKENDS: Dict[str, Backend] = {}
 
 
+class AttentionChoice(NamedTuple):
+    """The one option that picks the attention: a registered back-end and its key block (``chunk``, for
+    streamed back-ends; 0 otherwise). Written ``plain``, ``streamed:256``, ``triton`` or ``triton:256``
+    (:meth:`parse`); ``model.set_attention(*choice)`` applies it."""
+
+    backend: str = "plain"
+    chunk: int = 0
+
+    @classmethod
+    def parse(cls, text: str, default_chunk: int = 256) -> "AttentionChoice":
+        """``NAME[:CHUNK]``; ``streamed`` alone takes ``default_chunk``. ValueError naming what is wrong."""
+        name, _, chunk = str(text).strip().partition(":")
+        attention_backend(name)
+        if chunk and not chunk.isdigit():
+            raise ValueError(f"attention: the block after ':' must be a whole number, got {text!r}")
+        size = int(chunk) if chunk else (default_chunk if name == "streamed" else 0)
+        if name == "plain" and size:
+            raise ValueError(f"attention: plain takes no block size, got {text!r}")
+        if name == "streamed" and size < 1:
+            raise ValueError(f"attention: streamed needs a block size >= 1, got {text!r}")
+        return cls(name, size)
+
+    @classmethod
+    def of(cls, attn_chunk: int = 0, fused: bool = False) -> "AttentionChoice":
+        """From the older pair of switches: ``attn_chunk > 0`` streams keys, ``fused`` asks for the Triton kernel."""
+        return cls("triton" if fused else "streamed" if attn_chunk > 0 else "plain", attn_chunk)
+
+    def __str__(self) -> str:
+        return self.backend + (f":{self.chunk}" if self.chunk else "")
+
+
 def register_attention(name: str, fn: AttentionFn, takes_rows: bool = False) -> None:
     """Add (or replace) the back-end ``name``."""
     _BACKENDS[name] = Backend(name, fn, takes_rows)
@@ -183,5 +214,5 @@ register_attention("plain", plain_attention)
 register_attention("streamed", streamed_attention, takes_rows=True)
 register_attention("triton", triton_attention, takes_rows=True)
 
-__all__ = ["AttentionCall", "Backend", "KeyValueRows", "attention_backend", "backend_names", "masked_softmax_attend",
+__all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "masked_softmax_attend",
            "plain_attention", "register_attention", "split_heads", "streamed_attention", "triton_attention"]

@@ -26,16 +26,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..dropout import Dropout
-from .backends import AttentionCall, KeyValueRows, attention_backend, backend_names, masked_softmax_attend
+from .backends import AttentionCall, AttentionChoice, KeyValueRows, attention_backend, backend_names, masked_softmax_attend
 from .relative import rel_attn_score, rel_shift
 from .visibility import Visibility
 
 BACKENDS = backend_names()
 
 
-def choose_backend(attn_chunk: int = 0, fused: bool = False) -> Tuple[str, int]:
-    """``(back-end, chunk)`` for the run-time switches of training and evaluation (``attn_chunk``, ``fused``)."""
-    return ("triton" if fused else "streamed" if attn_chunk > 0 else "plain"), attn_chunk
+def choose_backend(attn_chunk: int = 0, fused: bool = False) -> AttentionChoice:
+    """``(back-end, chunk)`` for the older run-time switches ``attn_chunk`` and ``fused``."""
+    return AttentionChoice.of(attn_chunk, fused)
 
 
 class AttentionBase(nn.Module):
