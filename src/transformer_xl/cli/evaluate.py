@@ -15,7 +15,7 @@ from typing import Tuple
 from ..devices import autocast_dtype, resolve_device
 from ..errors import DataError
 from ..evaluation import EvalResult, evaluate
-from ..evaluation.vocab_data import EvalData, split_for_checkpoint
+from ..evaluation.vocab_data import SPLITS, EvalData, EvalSource, split_for_checkpoint
 from ..hub import Located
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.io import load_located
@@ -115,8 +115,10 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     mode = getattr(args, "mode", "segment")
     amp = autocast_dtype(getattr(args, "precision", "fp32"), device)
     _plan_eval_memory(config, args, lengths, mode, device, 0)  # refuse before reading any data
-    if getattr(args, "dataset", None) or any(getattr(args, f"{s}_file", None) for s in ("train", "valid", "test")):
-        data = split_for_checkpoint(located.directory, args)
+    source = EvalSource(getattr(args, "dataset", None), getattr(args, "data_dir", None), getattr(args, "cache_dir", None),
+                        {s: getattr(args, f"{s}_file") for s in SPLITS if getattr(args, f"{s}_file", None)})
+    if source.given:
+        data = split_for_checkpoint(located.directory, args.split, source)
     else:
         data = _run_data(located, args)
     if data.n_token != config.n_token:

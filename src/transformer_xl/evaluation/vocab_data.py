@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -121,35 +121,48 @@ def checkpoint_vocab(model_dir: Path):
                               f"({exc})") from None
 
 
-def _text_file(args) -> Path:
-    flag = f"--{args.split}-file"
-    path = getattr(args, f"{args.split}_file", None)
+@dataclass
+class EvalSource:
+    """Where ``txl eval`` reads a split from for a checkpoint without a run: a named corpus (``dataset``, with
+    ``data_dir``/``cache_dir``), or ``dataset="text"`` with one file per split (``files``: split -> path)."""
+
+    dataset: Optional[str] = None
+    data_dir: Optional[str] = None
+    cache_dir: Optional[str] = None
+    files: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def given(self) -> bool:
+        return bool(self.dataset or self.files)
+
+
+def _text_file(source: EvalSource, split: str) -> Path:
+    path = source.files.get(split)
     if not path:
-        given = [f"--{s}-file" for s in SPLITS if getattr(args, f"{s}_file", None)]
-        raise ConfigError(f"--split {args.split}: --dataset text needs {flag} FILE"
+        given = [f"--{s}-file" for s in SPLITS if s in source.files]
+        raise ConfigError(f"--split {split}: --dataset text needs --{split}-file FILE"
                           + (f" (got {', '.join(given)})" if given else ""))
     return Path(path)
 
 
-def split_for_checkpoint(model_dir: Path, args) -> EvalData:
-    """The split ``args.split`` of ``--dataset`` in the checkpoint's vocabulary (see the module docstring)."""
-    dataset = getattr(args, "dataset", None)
-    files = [f"--{s}-file" for s in SPLITS if getattr(args, f"{s}_file", None)]
-    if not dataset:
+def split_for_checkpoint(model_dir: Path, split: str, source: EvalSource) -> EvalData:
+    """The split ``split`` of ``source`` in the checkpoint's vocabulary (see the module docstring)."""
+    files = [f"--{s}-file" for s in SPLITS if s in source.files]
+    if not source.dataset:
         raise ConfigError(f"{files[0]}: needs --dataset text")
-    if dataset != "text" and files:
-        raise ConfigError(f"{files[0]}: only with --dataset text (--dataset {dataset} reads its own files)")
+    if source.dataset != "text" and files:
+        raise ConfigError(f"{files[0]}: only with --dataset text (--dataset {source.dataset} reads its own files)")
     vocab = checkpoint_vocab(model_dir)
-    if dataset == "text":
-        path = _text_file(args)
+    if source.dataset == "text":
+        path = _text_file(source, split)
         ids, n_unknown, unknown = encode_file(vocab, path)
         origin = str(path)
     else:
-        corpus = load_corpus(dataset, data_dir=getattr(args, "data_dir", None), cache_dir=getattr(args, "cache_dir", None))
-        origin = f"{corpus.name} {args.split}"
-        ids, n_unknown, unknown = remap_ids(corpus.split(args.split), corpus.vocab, vocab, origin)
+        corpus = load_corpus(source.dataset, data_dir=source.data_dir, cache_dir=source.cache_dir)
+        origin = f"{corpus.name} {split}"
+        ids, n_unknown, unknown = remap_ids(corpus.split(split), corpus.vocab, vocab, origin)
     warn_unknown(origin, n_unknown, unknown, int(np.asarray(ids).size))
-    return EvalData(np.asarray(ids, dtype=np.int64), vocab.level, dataset, len(vocab))
+    return EvalData(np.asarray(ids, dtype=np.int64), vocab.level, source.dataset, len(vocab))
 
 
-__all__ = ["EvalData", "encode_file", "remap_ids", "split_for_checkpoint", "vocab_symbols"]
+__all__ = ["EvalData", "EvalSource", "encode_file", "remap_ids", "split_for_checkpoint", "vocab_symbols"]
