@@ -29,10 +29,9 @@ from .errors import CheckpointError, DataError
 from .evaluation.score import TextScore, score_text
 from .generation.text import generate_text
 from .hub import STEP_DIR, VOCAB_NAMES, Located, locate
-from .model import TransformerXL, TransformerXLConfig
+from .model import RunLengths, TransformerXL, TransformerXLConfig
 from .model.io import load_located, model_config
 
-RUN_LENGTHS = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
 HUB_HINT = 'publishing needs huggingface_hub: pip install "transformer-xl[hub]"'
 
 
@@ -95,15 +94,10 @@ class Checkpoint:
         return score_text(self.model, self._tokenizer(), text, doc_sep=doc_sep, keep_tokens=keep_tokens)
 
 
-def run_lengths(config: TransformerXLConfig, **given) -> dict:
-    """The run-time lengths (``tgt_len, ext_len, mem_len, clamp_len, same_length``): the config's, with the
-    ones given (None keeps the config's), validated as the model validates them (ConfigError naming the field)."""
-    unknown = sorted(set(given) - set(RUN_LENGTHS))
-    if unknown:
-        raise TypeError(f"unknown run-time length(s): {', '.join(unknown)}")
-    lengths = {k: getattr(config, k) if given.get(k) is None else given[k] for k in RUN_LENGTHS}
-    config.replace(**lengths)
-    return lengths
+def run_lengths(config: TransformerXLConfig, **given) -> RunLengths:
+    """The run-time lengths: the config's, with the ones given (None keeps the config's), validated as the model
+    validates them (ConfigError naming the field)."""
+    return RunLengths.of(config).replace(**given).check(config)
 
 
 def open_checkpoint(name_or_path, revision: Optional[str] = None, *, device="cpu", require_tokenizer: bool = True,
@@ -123,7 +117,7 @@ def open_checkpoint(name_or_path, revision: Optional[str] = None, *, device="cpu
     settings = run_lengths(config, **lengths)
     tokenizer = _open_tokenizer(located, config, require_tokenizer, label)
     model = load_located(located, TransformerXL, device)
-    model.reset_length(**settings)
+    model.set_lengths(settings)
     return Checkpoint(model, tokenizer, RunInfo.of(located))
 
 

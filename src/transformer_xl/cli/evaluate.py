@@ -14,10 +14,10 @@ from typing import Tuple
 
 from ..devices import autocast_dtype, resolve_device
 from ..errors import DataError
-from ..evaluation import EvalResult, evaluate
+from ..evaluation import EvalResult, EvalSettings, evaluate
 from ..evaluation.vocab_data import SPLITS, EvalData, EvalSource, split_for_checkpoint
 from ..hub import Located
-from ..model import TransformerXL, TransformerXLConfig
+from ..model import RunLengths, TransformerXL, TransformerXLConfig
 from ..model.io import load_located
 from ..model.attention import AttentionChoice
 from ..model.footprint import fit_attention
@@ -80,15 +80,10 @@ def run_eval(args) -> int:
     return 0
 
 
-def _eval_lengths(config: TransformerXLConfig, args) -> dict:
-    """The run-time lengths of ``txl eval``, validated as the model will validate them."""
-    lengths = {"tgt_len": args.tgt_len or config.tgt_len,
-               "ext_len": config.ext_len if args.ext_len is None else args.ext_len,
-               "mem_len": config.mem_len if args.mem_len is None else args.mem_len,
-               "clamp_len": config.clamp_len if args.clamp_len is None else args.clamp_len,
-               "same_length": config.same_length if args.same_length is None else args.same_length}
-    config.replace(**lengths)  # ConfigError naming the field, e.g. same_length without memory
-    return lengths
+def _eval_lengths(config: TransformerXLConfig, args) -> RunLengths:
+    """The run-time lengths of ``txl eval``, validated as the model will validate them (ConfigError naming the
+    field, e.g. same_length without memory)."""
+    return RunLengths.of(config).replace(**{k: getattr(args, k) for k in RunLengths.FIELDS}).check(config)
 
 
 def _run_data(located: Located, args) -> EvalData:
@@ -130,21 +125,20 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     model.set_attention(*choice)
     if getattr(args, "compile", False):
         model.compile()
-    result = evaluate(model, data.ids, batch_size=args.batch_size, tgt_len=lengths["tgt_len"],
-                      mem_len=lengths["mem_len"], ext_len=lengths["ext_len"], clamp_len=lengths["clamp_len"],
-                      same_length=lengths["same_length"], level=data.level, max_steps=args.max_steps, device=device,
-                      autocast_dtype=amp, mode=mode)
+    result = evaluate(model, data.ids, EvalSettings(batch_size=args.batch_size, **lengths.to_dict(), level=data.level,
+                                                    max_steps=args.max_steps, device=device, autocast_dtype=amp,
+                                                    mode=mode))
     info = {"checkpoint": str(located.directory), "split": args.split, "dataset": data.dataset, "mode": mode,
-            **{k: lengths[k] for k in ("tgt_len", "mem_len", "clamp_len", "same_length")}}
+            **{k: getattr(lengths, k) for k in ("tgt_len", "mem_len", "clamp_len", "same_length")}}
     return result, info
 
 
-def _plan_eval_memory(config, args, lengths: dict, mode: str, device, n_tokens: int) -> AttentionChoice:
+def _plan_eval_memory(config, args, lengths: RunLengths, mode: str, device, n_tokens: int) -> AttentionChoice:
     """The attention to evaluate with: ``--attention``, or the streamed attention when only it fits (one note
     on stderr, once the data is counted); ConfigError with the estimate when nothing fits."""
     if mode == "sliding":
-        batch, seg, mem = args.batch_size * SLIDING_WINDOWS_PER_CALL, lengths["tgt_len"], 0
+        batch, seg, mem = args.batch_size * SLIDING_WINDOWS_PER_CALL, lengths.tgt_len, 0
     else:
-        batch, seg, mem = args.batch_size, lengths["tgt_len"] + lengths["ext_len"], lengths["mem_len"]
+        batch, seg, mem = args.batch_size, lengths.tgt_len + lengths.ext_len, lengths.mem_len
     return fit_attention(config, batch, seg, mem, device, attention_option(args), quiet=not n_tokens,
                          precision=getattr(args, "precision", "fp32"), extra_bytes=8 * n_tokens)

@@ -1,7 +1,7 @@
 """Model package: configuration, attention, adaptive softmax, the layer stack and its memory."""
 
-from .config import TransformerXLConfig
+from .config import RunLengths, TransformerXLConfig
 from .memory import empty_mems, reset_mems, update_mems
 from .transformer import TransformerXL, TransformerXLOutput
 
-__all__ = ["TransformerXL", "TransformerXLConfig", "TransformerXLOutput", "empty_mems", "reset_mems", "update_mems"]
+__all__ = ["RunLengths", "TransformerXL", "TransformerXLConfig", "TransformerXLOutput", "empty_mems", "reset_mems", "update_mems"]

@@ -171,6 +171,42 @@ class TransformerXLConfig:
         return dataclasses.replace(self, **changes)
 
 
+@dataclass(frozen=True)
+class RunLengths:
+    """The run-time lengths: a segment (``tgt_len``, with ``ext_len`` extended context), the memory
+    (``mem_len``), the clamp of relative distances (``clamp_len``) and ``same_length``. They may differ from the
+    training values that a config keeps (the paper evaluates WT103 with tgt_len 128, mem_len 1600, clamp_len
+    1000, same_length). The one object that the model (:attr:`TransformerXL.lengths`), evaluation, the commands'
+    ``--tgt-len``/``--mem-len``/... and ``open_checkpoint`` share."""
+
+    tgt_len: int
+    ext_len: int = 0
+    mem_len: int = 0
+    clamp_len: int = -1
+    same_length: bool = False
+
+    FIELDS = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
+
+    @classmethod
+    def of(cls, config: "TransformerXLConfig") -> "RunLengths":
+        return cls(*(getattr(config, k) for k in cls.FIELDS))
+
+    def replace(self, **given) -> "RunLengths":
+        """A copy with the given lengths changed; None keeps a length as it is."""
+        unknown = sorted(set(given) - set(self.FIELDS))
+        if unknown:
+            raise TypeError(f"unknown run-time length(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
+
+    def check(self, config: "TransformerXLConfig") -> "RunLengths":
+        """Validate against ``config`` as the model will (ConfigError naming the field); returns self."""
+        config.replace(**dataclasses.asdict(self))
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def _positive(cfg: TransformerXLConfig, *names: str) -> None:
     for name in names:
         value = getattr(cfg, name)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
 from .attention import RelPartialLearnableMultiHeadAttn, Visibility, attention_backend, segment_visibility
-from .config import TransformerXLConfig
+from .config import RunLengths, TransformerXLConfig
 from .dropout import Dropout
 from .io import PretrainedMixin
 from .memory import Mems, empty_mems, update_mems, update_mems_mask
@@ -160,27 +160,33 @@ class TransformerXL(PretrainedMixin, nn.Module):
         The paper evaluates WT103 with tgt_len 128, mem_len 1600, clamp_len 1000. The saved
         config keeps the training values. Raises ConfigError for values out of range.
         """
-        clamp_len = self.clamp_len if clamp_len is None else clamp_len
-        same_length = self.same_length if same_length is None else same_length
-        self.config.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len, clamp_len=clamp_len,
-                            same_length=same_length)  # validates
-        self.tgt_len, self.ext_len, self.mem_len = tgt_len, ext_len, mem_len
-        self.clamp_len, self.same_length = clamp_len, same_length
+        self.set_lengths(self.lengths.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len,
+                                              clamp_len=clamp_len, same_length=same_length))
+
+    @property
+    def lengths(self) -> RunLengths:
+        """The run-time lengths now in use."""
+        return RunLengths(self.tgt_len, self.ext_len, self.mem_len, self.clamp_len, self.same_length)
+
+    def set_lengths(self, lengths: RunLengths) -> None:
+        """Use ``lengths`` at run time (validated against the config; ConfigError naming the field)."""
+        lengths.check(self.config)
+        self.tgt_len, self.ext_len, self.mem_len = lengths.tgt_len, lengths.ext_len, lengths.mem_len
+        self.clamp_len, self.same_length = lengths.clamp_len, lengths.same_length
 
     @contextlib.contextmanager
     def inference(self, tgt_len: Optional[int] = None, ext_len: Optional[int] = None, mem_len: Optional[int] = None,
                   clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
         """Evaluation mode with run-time lengths changed (None keeps the current value); both are
         restored on exit."""
-        saved = (self.tgt_len, self.ext_len, self.mem_len, self.clamp_len, self.same_length)
-        was_training = self.training
-        self.reset_length(saved[0] if tgt_len is None else tgt_len, saved[1] if ext_len is None else ext_len,
-                          saved[2] if mem_len is None else mem_len, clamp_len, same_length)
+        saved, was_training = self.lengths, self.training
+        self.set_lengths(saved.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len, clamp_len=clamp_len,
+                                       same_length=same_length))
         self.eval()
         try:
             yield self
         finally:
-            self.reset_length(*saved[:3], clamp_len=saved[3], same_length=saved[4])
+            self.set_lengths(saved)
             self.train(was_training)
 
     @property
