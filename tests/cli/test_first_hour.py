@@ -1,0 +1,39 @@
+"""What a new user meets in the first hour (issue 22): each surprise is now one line ``txl CMD: error: ...`` and
+exit status 2, naming what to change, and nothing is trained or written for it."""
+
+from pathlib import Path
+
+import pytest
+
+from transformer_xl import cli
+
+TINY = ["--n-layer", "1", "--d-model", "16", "--n-head", "2", "--d-head", "8", "--d-inner", "16", "--tgt-len", "4",
+        "--mem-len", "4", "--batch-size", "2", "--eval.batch-size", "2", "--max-steps", "1", "--progress", "false",
+        "--tensorboard", "false"]
+
+
+def one_error_line(argv, capsys, command="train"):
+    """Run ``txl ARGV``; the single stderr line, after checking the exit status 2 and that stdout is empty."""
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"txl {command}: error: ") and out == "", err
+    return lines[0]
+
+
+def wikitext2_folder(root: Path) -> Path:
+    """A folder laid out as pytorch/examples' WikiText-2: ``wikitext-2/{train,valid,test}.txt``."""
+    folder = root / "wikitext-2"
+    folder.mkdir()
+    for split in ("train", "valid", "test"):
+        (folder / f"{split}.txt").write_text(" = Valkyria Chronicles = \n the game @-@ play \n" * 40)
+    return folder
+
+
+def test_named_corpus_in_another_corpus_folder_says_which_files_it_expected(tmp_path, capsys):
+    folder = wikitext2_folder(tmp_path)
+    line = one_error_line(["train", "--dataset", "ptb", "--data-dir", folder, "--cache-dir", tmp_path / "c",
+                           "--run-dir", tmp_path / "run", *TINY], capsys)
+    assert "ptb.{train,valid,test}.txt" in line and str(folder) in line
+    assert not (tmp_path / "run").exists()
