@@ -56,7 +56,8 @@ def run_train(args) -> int:
               f"continue with --resume", file=sys.stderr)
         return exit_status(_signum(result.stopped_by))
     best = "n/a" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
-    print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}; run in {result.run_dir}")
+    scope = result.valid_scope if result.best_valid_loss is not None else ""
+    print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}{scope}; run in {result.run_dir}")
     return 0
 
 
