@@ -37,3 +37,29 @@ def test_named_corpus_in_another_corpus_folder_says_which_files_it_expected(tmp_
                            "--run-dir", tmp_path / "run", *TINY], capsys)
     assert "ptb.{train,valid,test}.txt" in line and str(folder) in line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("section,value,override", [
+    ("model", "3", ["--n-layer", "2"]),
+    ("data", "[ptb]", ["--dataset", "default"]),
+    ("train", "fast", ["--max-steps", "1"]),
+    ("eval", "true", ["--eval.max-steps", "1"]),
+    ("model", "3", []),
+])
+def test_config_section_that_is_not_a_mapping_names_the_section_and_the_file(tmp_path, capsys, section, value,
+                                                                             override):
+    config = tmp_path / "my.yaml"
+    config.write_text(f"{section}: {value}\n")
+    line = one_error_line(["train", "--config", config, "--run-dir", tmp_path / "run", *override], capsys)
+    assert f"{config}: section '{section}' must be a mapping" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_empty_config_section_is_an_empty_mapping(tmp_path):
+    """``model:`` with nothing under it (YAML null) inherits the base's fields, and takes overrides."""
+    from transformer_xl.training import load_run_config
+
+    config = tmp_path / "my.yaml"
+    config.write_text("base: default.yaml\nmodel:\ntrain:\n  max_steps: 7\n")
+    cfg = load_run_config(str(config), ["--d-model", "64"])
+    assert cfg.model["d_model"] == 64 and cfg.model["n_layer"] == 4 and cfg.train.max_steps == 7
