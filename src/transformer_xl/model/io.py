@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Dict
 
@@ -13,6 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from .. import __version__
 from ..errors import CheckpointError, ConfigError
+from ..files import atomic_write  # the package's one atomic writer (still importable from here)
 from .config import TransformerXLConfig
 
 CONFIG_NAME = "config.json"
@@ -27,22 +26,6 @@ def unique_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
         if name not in param_names:  # a persistent buffer
             tensors[name] = value.detach()
     return tensors
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename over ``path``, so a crash never leaves a half file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_pretrained(model, directory) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from ..data import LMOrderedIterator, align_labels, load_corpus, load_text_corpu
 from ..errors import CheckpointError, ConfigError, DataError, TXLError
 from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
+from ..files import atomic_write_text
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import choose_backend
 from ..model.footprint import plan_attention
@@ -268,17 +268,7 @@ class Trainer:
 
     def _write_run_config(self) -> None:
         """run.yaml, written to a temporary file and renamed: a kill never leaves half of it."""
-        path = self.run_dir / RUN_CONFIG_NAME
-        tmp = self.run_dir / f".{RUN_CONFIG_NAME}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        atomic_write_text(self.run_dir / RUN_CONFIG_NAME, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
 
     def close(self) -> None:
         """Close the metrics and release the run directory's lock."""
