@@ -63,3 +63,32 @@ def test_empty_config_section_is_an_empty_mapping(tmp_path):
     config.write_text("base: default.yaml\nmodel:\ntrain:\n  max_steps: 7\n")
     cfg = load_run_config(str(config), ["--d-model", "64"])
     assert cfg.model["d_model"] == 64 and cfg.model["n_layer"] == 4 and cfg.train.max_steps == 7
+
+
+EXPECTED_CORPORA = "expected one of wt103, wt2, ptb, enwik8, text8, lm1b, shakespeare, default, text"
+
+
+def test_unknown_corpus_names_the_flags_in_train(tmp_path, capsys):
+    line = one_error_line(["train", "--dataset", "nosuch", "--run-dir", tmp_path / "run"], capsys)
+    assert line == (f"txl train: error: --dataset: unknown corpus 'nosuch'; {EXPECTED_CORPORA} "
+                    f"(your own files: --dataset text --train-file FILE)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_corpus_names_the_flags_in_eval(tmp_path, capsys):
+    from transformer_xl.model import TransformerXL, TransformerXLConfig
+
+    TransformerXL(TransformerXLConfig(n_token=10, n_layer=1, n_head=2, d_model=8, d_head=4, d_inner=8, tgt_len=4,
+                                      mem_len=4)).save_pretrained(tmp_path / "ckpt")
+    line = one_error_line(["eval", tmp_path / "ckpt", "--dataset", "nosuch", "--split", "valid"], capsys, "eval")
+    assert line == (f"txl eval: error: --dataset: unknown corpus 'nosuch'; {EXPECTED_CORPORA} "
+                    f"(your own files: --dataset text --valid-file FILE)")
+
+
+def test_unknown_corpus_in_python_names_the_function():
+    from transformer_xl.data import load_corpus
+    from transformer_xl.errors import DataError
+
+    with pytest.raises(DataError, match=r"^unknown corpus 'nosuch'; known corpora: wt103, wt2, ptb, enwik8, text8, "
+                                        r"lm1b, shakespeare, default \(or use load_text_corpus for your own files\)$"):
+        load_corpus("nosuch")

@@ -23,7 +23,7 @@ from ..training import load_run_config
 from ..training.allocator import keep_cpu_memory
 from ..training.loop import autocast_dtype, load_data, resolve_device
 from .common import check_vocab, find_run_config, load_model_config, resolve_checkpoint
-from .options import at_least, checks, command
+from .options import at_least, check_dataset, checks, command
 
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,8 @@ def _run_data(model_dir: Path, args) -> EvalData:
 def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     if getattr(args, "attn_chunk", 0) < 0:
         raise ConfigError(f"attn_chunk: must be >= 0, got {args.attn_chunk}")
+    if getattr(args, "dataset", None):
+        check_dataset(args.dataset, f"--{args.split}-file")
     model_dir = resolve_checkpoint(args.checkpoint)
     device = resolve_device(args.device)
     config = load_model_config(model_dir)

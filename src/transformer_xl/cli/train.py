@@ -12,7 +12,7 @@ from ..training.checkpoint import latest_checkpoint
 from ..training.config import builtin_config_names
 from ..training.launch import check_nproc, launch
 from ..training.signals import StopNow, exit_status
-from .options import command
+from .options import check_dataset, command
 
 
 @command
@@ -37,6 +37,7 @@ def _builtin_configs():
 
 def run_train(args) -> int:
     cfg = load_run_config(args.config, args.overrides, init_from=args.init_from)
+    check_dataset(cfg.data.dataset, "--train-file")
     if args.nproc is not None and args.nproc != 1:  # the same command, without --nproc, in N processes under torchrun
 
         check_nproc(args.nproc, cfg.train, args.resume)
