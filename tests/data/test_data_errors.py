@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from data_fixtures import one_line
+from data_fixtures import one_line, require
 from transformer_xl.data import KNOWN_CORPORA, load_corpus, load_text_corpus
 from transformer_xl.errors import DataError, TXLError
 
@@ -97,3 +97,33 @@ def test_corrupt_archive_in_data_dir(tmp_path):
     with pytest.raises(DataError) as info:
         load_corpus("enwik8", data_dir=tmp_path, cache_dir=tmp_path / "c")
     one_line(info.value)
+
+
+def _generic_splits(folder, lines=50):
+    """``{train,valid,test}.txt``: the names getdata.sh and pytorch/examples give PTB and WikiText alike."""
+    folder.mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        (folder / f"{split}.txt").write_text("the cat sat on the mat\n" * lines, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("ptb", "ptb.{train,valid,test}.txt"),
+    ("wt103", "wiki.{train,valid,test}.tokens"),
+])
+def test_named_corpus_does_not_read_another_corpus_folder(tmp_path, name, expected):
+    """A WikiText-2 folder holds train.txt ...: names PTB and WT103 also use, which count only in their own folder."""
+    folder = _generic_splits(tmp_path / "wikitext-2")
+    with pytest.raises(DataError) as info:
+        load_corpus(name, data_dir=folder, cache_dir=tmp_path / "c")
+    msg = one_line(info.value)
+    assert expected in msg and str(folder) in msg and "wt2" in msg
+    assert load_corpus("wt2", data_dir=folder, cache_dir=tmp_path / "c").train.size == 7 * 50
+
+
+@pytest.mark.parametrize("name,folder", [("ptb", "wikitext-2"), ("wt2", "ptb"), ("wt103", "wikitext-2")])
+def test_real_corpus_folders_are_read_only_as_their_own_corpus(tmp_path, name, folder):
+    directory = require(folder)
+    with pytest.raises(DataError) as info:
+        load_corpus(name, data_dir=directory, cache_dir=tmp_path)
+    assert str(directory) in one_line(info.value)

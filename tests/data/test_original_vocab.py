@@ -78,12 +78,13 @@ def test_wt103_counts_train_only(tmp_path):
     texts = {s: "".join(" ".join(rng.choices(words, k=rng.randint(0, 12))) + " \n" for _ in range(60))
              for s in ("train", "valid", "test")}
     texts["valid"] += "only_in_valid only_in_valid only_in_valid\n"
-    _write_splits(tmp_path, texts)
-    tok = hf_original([tmp_path / "train.txt"], special=["<eos>"], lower_case=False)
+    for folder in ("wikitext-103", "wikitext-2"):  # getdata.sh's layout: data/wikitext-103/train.txt ...
+        _write_splits(tmp_path / folder, texts)
+    tok = hf_original([tmp_path / "wikitext-103" / "train.txt"], special=["<eos>"], lower_case=False)
     vocab = original_vocab("wt103", tmp_path)
     assert vocab.idx2sym == table(tok) and "only_in_valid" not in vocab
-    assert table(hf_original([tmp_path / f"{s}.txt" for s in ("train", "valid", "test")], special=["<eos>"],
-                             lower_case=False)) == original_vocab("wt2", tmp_path).idx2sym
+    assert table(hf_original([tmp_path / "wikitext-2" / f"{s}.txt" for s in ("train", "valid", "test")],
+                             special=["<eos>"], lower_case=False)) == original_vocab("wt2", tmp_path).idx2sym
 
 
 def _skewed(rng: random.Random, alphabet: Sequence, n: int) -> list:

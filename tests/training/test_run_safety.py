@@ -244,8 +244,8 @@ def _fail_at(monkeypatch, target: str, code_: int, step: int, safetensors_style:
     elif target == "state.safetensors":
         real_save = ckpt.save_file
 
-        def failing_save(tensors, path, *args, **kwargs):
-            if Path(path).name == "state.safetensors" and f"step_{step:08d}" in str(path):
+        def failing_save(tensors, path, *args, **kwargs):  # path: state.safetensors's temporary file
+            if Path(path).name.startswith(".state.safetensors.") and f"step_{step:08d}" in str(path):
                 raise SafetensorError(f"Error while serializing: I/O error: {os.strerror(code_)} (os error {code_})")
             return real_save(tensors, path, *args, **kwargs)
 

@@ -172,14 +172,19 @@ def test_plot_writes_png(tmp_path):
 
 
 def test_vocabulary_mismatch_with_checkpoint_exits_2(tmp_path, capsys):
-    """A PTB checkpoint evaluated on WikiText-2 files (same file names, other vocabulary) is refused."""
+    """A PTB checkpoint evaluated on WikiText-2 files (in a folder named penn/: read as PTB, other vocabulary)
+    is refused."""
+    penn = tmp_path / "penn"
+    penn.mkdir()
+    for split in ("train", "valid", "test"):
+        (penn / f"{split}.txt").symlink_to(DATA_DIR / "wikitext-2" / f"{split}.txt")
     run = tmp_path / "run"
     assert main(["train", "--dataset", "ptb", "--data-dir", str(DATA_DIR / "ptb"), "--cache-dir", str(tmp_path / "c"),
                  "--run-dir", str(run), "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-head", "16",
                  "--d-inner", "32", "--max-steps", "1", "--eval-interval", "1", "--eval.max-steps", "1",
                  "--progress", "false", "--tensorboard", "false"]) == 0
     capsys.readouterr()
-    code = main(["eval", str(run), "--data-dir", str(DATA_DIR / "wikitext-2"), "--max-steps", "1"])
+    code = main(["eval", str(run), "--data-dir", str(penn), "--max-steps", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "vocabulary" in err
 

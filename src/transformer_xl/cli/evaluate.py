@@ -25,7 +25,7 @@ from ..training import load_run_config
 from ..training.allocator import keep_cpu_memory
 from ..training.loop import load_data
 from .common import add_checkpoint_args, check_vocab, load_model_config, locate_checkpoint, run_config_of
-from .options import add_attention_args, at_least, attention_option, checks, command
+from .options import add_attention_args, at_least, attention_option, check_dataset, checks, command
 
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,8 @@ def _run_data(located: Located, args) -> EvalData:
 
 
 def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
+    if getattr(args, "dataset", None):
+        check_dataset(args.dataset, f"--{args.split}-file")
     located = locate_checkpoint(args.checkpoint, args)
     device = resolve_device(args.device)
     config = load_model_config(located)

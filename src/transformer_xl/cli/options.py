@@ -9,6 +9,7 @@ import math
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 
+from ..data import KNOWN_CORPORA
 from ..errors import ConfigError
 from ..model.attention import AttentionChoice
 from .common import add_checkpoint_args
@@ -65,6 +66,15 @@ def check_options(args) -> None:
     """Apply the sub-command's declared range checks to the parsed values."""
     for flag, lo, hi, lo_open in getattr(args, "range_checks", ()):
         check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), lo, hi, lo_open)
+
+
+def check_dataset(name: str, own_files: str) -> None:
+    """ConfigError naming ``--dataset`` unless ``name`` is a named corpus or ``text`` (the user's own files, given
+    with the flag ``own_files``, e.g. ``--train-file``)."""
+    if name == "text" or str(name).strip().lower() in KNOWN_CORPORA:
+        return
+    raise ConfigError(f"--dataset: unknown corpus {name!r}; expected one of {', '.join(KNOWN_CORPORA)}, text "
+                      f"(your own files: --dataset text {own_files} FILE)")
 
 
 INFERENCE_CHECKS = (at_least("--tgt-len", 1), at_least("--mem-len", 0))

@@ -8,10 +8,11 @@ import sys
 
 
 from ..training import load_run_config, train
+from ..training.checkpoint import latest_checkpoint
 from ..training.config import builtin_config_names
 from ..training.launch import check_nproc, launch
 from ..training.signals import StopNow, exit_status
-from .options import command
+from .options import check_dataset, command
 
 
 @command
@@ -36,6 +37,7 @@ def _builtin_configs():
 
 def run_train(args) -> int:
     cfg = load_run_config(args.config, args.overrides, init_from=args.init_from)
+    check_dataset(cfg.data.dataset, "--train-file")
     if args.nproc is not None and args.nproc != 1:  # the same command, without --nproc, in N processes under torchrun
 
         check_nproc(args.nproc, cfg.train, args.resume)
@@ -46,8 +48,8 @@ def run_train(args) -> int:
     try:
         result = train(cfg, resume=args.resume)
     except StopNow as stop:
-        print(f"txl train: stopped at once by a second {stop.name}; the last checkpoint written is intact "
-              f"(rerun with --resume)", file=sys.stderr)
+        print(f"txl train: stopped at once by a second {stop.name}; {_left_to_resume(cfg.train.run_dir)}",
+              file=sys.stderr)
         return exit_status(stop.signum)
     if result.rank != 0:
         return 0 if result.stopped_by in ("max_steps", "max_time") else exit_status(_signum(result.stopped_by))
@@ -56,8 +58,17 @@ def run_train(args) -> int:
               f"continue with --resume", file=sys.stderr)
         return exit_status(_signum(result.stopped_by))
     best = "n/a" if result.best_valid_loss is None else f"{result.best_valid_loss:.4f}"
-    print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}; run in {result.run_dir}")
+    scope = result.valid_scope if result.best_valid_loss is not None else ""
+    print(f"done: {result.steps} steps ({result.stopped_by}), best valid loss {best}{scope}; run in {result.run_dir}")
     return 0
+
+
+def _left_to_resume(run_dir) -> str:
+    """What a run stopped at once leaves on disk: its last complete checkpoint, or nothing to resume."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        return "no checkpoint was written yet; nothing to resume"
+    return f"the last checkpoint, {latest}, is intact (rerun with --resume)"
 
 
 def _signum(name: str) -> int:

@@ -25,7 +25,8 @@ import torch
 
 from ..errors import CheckpointError
 from ..model.config import TransformerXLConfig, read_json_object
-from ..model.io import atomic_write, describe_mismatch, load_into, load_state_dict_file, unique_state_dict
+from ..files import atomic_write, atomic_write_text
+from ..model.io import describe_mismatch, load_into, load_state_dict_file, unique_state_dict
 from ..model.layouts import LAYOUTS, check_layout, config_from_args, export_state_dict, prepare_state_dict
 from ..model.transformer import TransformerXL
 
@@ -75,8 +76,7 @@ def export_checkpoint(model: TransformerXL, out_dir, target: str = "hf") -> Path
     tensors = {k: v.detach().contiguous().clone() for k, v in state.items()}  # no shared storage
     atomic_write(out / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
     text = json.dumps(args, indent=2, sort_keys=True) + "\n"
-    atomic_write(out / ("config.json" if target == "hf" else "args.json"),
-                 lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write_text(out / ("config.json" if target == "hf" else "args.json"), text)
     return out
 
 

@@ -1,5 +1,7 @@
 """File helpers shared by the data layer: checked reading, UTF-8 decoding with byte offsets, atomic writes.
 
+Writes go through :mod:`transformer_xl.files` (atomic, with the umask's mode).
+
 Text is read the way the original code read it (``open(path, encoding='utf-8')`` and iterating over
 lines): universal newlines (``\\r\\n`` and a lone ``\\r`` both become ``\\n``), no BOM stripping, and a
 final line without a trailing newline still counts as a line.
@@ -10,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, List, Sequence, Union
+from typing import Any, BinaryIO, Iterator, List, Sequence, Union
 
 import numpy as np
 
 from ..errors import DataError
+from ..files import atomic_write_bytes, atomic_write_stream
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -120,26 +122,6 @@ def stable_hash(obj: Any, length: int = 16) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
-def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write a file through ``write(fileobj)`` into a temporary sibling, then ``os.replace`` it into place."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
-
-
-def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
-    """Atomically write ``data`` to ``path``."""
-    return atomic_write(path, lambda f: f.write(data))
-
-
 def atomic_write_json(path: PathLike, obj: Any) -> Path:
     """Atomically write ``obj`` as UTF-8 JSON."""
     blob = json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8")
@@ -148,7 +130,7 @@ def atomic_write_json(path: PathLike, obj: Any) -> Path:
 
 def atomic_save_npy(path: PathLike, array: np.ndarray) -> Path:
     """Atomically save a 1-D array as ``.npy``."""
-    return atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+    return atomic_write_stream(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def load_npy(path: PathLike) -> np.ndarray:

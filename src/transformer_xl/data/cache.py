@@ -13,20 +13,19 @@ the preprocessing options and :data:`FORMAT_VERSION`, so any change to those giv
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, BinaryIO, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
 from ..errors import DataError
-from ._io import PathLike, atomic_save_npy, atomic_write, atomic_write_json, load_npy, read_json, smallest_dtype, \
-    stable_hash
+from ..files import atomic_write_stream
+from ._io import PathLike, atomic_save_npy, atomic_write_json, load_npy, read_json, smallest_dtype, stable_hash
 from .vocab_files import load_vocab
 
 log = logging.getLogger(__name__)
@@ -55,27 +54,34 @@ def corpus_dir(root: Path, name: str, key: Dict[str, Any]) -> Path:
     return root / "corpora" / f"{safe}-{stable_hash({'format': FORMAT_VERSION, **key})}"
 
 
+def _npy_header(dtype: np.dtype, length: int) -> bytes:
+    """The ``.npy`` (format 1.0) header of a 1-D array: 128 bytes for any length, padding included."""
+    out = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue()
+
+
 def _save_chunks(path: Path, chunks: Iterable[np.ndarray], dtype: np.dtype) -> int:
-    """Write a 1-D ``.npy`` from arrays produced one by one (memory: one chunk). Returns the length."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, raw = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".raw", dir=path.parent)
+    """Write a 1-D ``.npy`` from arrays produced one by one (memory: one chunk): a header for length 0, the
+    chunks, then the header of the real length over the first one. Returns the length."""
     total = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                arr = np.ascontiguousarray(chunk, dtype=dtype)
-                f.write(arr.tobytes())
-                total += arr.size
 
-        def write(out) -> None:
-            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (total,)}
-            np.lib.format.write_array_header_1_0(out, header)
-            with open(raw, "rb") as src:
-                shutil.copyfileobj(src, out, 1 << 24)
+    def write(out: BinaryIO) -> None:
+        nonlocal total
+        placeholder = _npy_header(dtype, 0)
+        out.write(placeholder)
+        for chunk in chunks:
+            arr = np.ascontiguousarray(chunk, dtype=dtype)
+            out.write(arr.tobytes())
+            total += arr.size
+        header = _npy_header(dtype, total)
+        if len(header) != len(placeholder):  # numpy pads every 1-D header to the same size; never seen otherwise
+            raise ValueError(f"{path}: .npy header of {len(header)} bytes, not {len(placeholder)}")
+        out.seek(0)
+        out.write(header)
 
-        atomic_write(path, write)
-    finally:
-        Path(raw).unlink(missing_ok=True)
+    atomic_write_stream(path, write)
     return total
 
 

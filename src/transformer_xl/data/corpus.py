@@ -207,8 +207,33 @@ def _subdirs(d: Path, names: Sequence[str]) -> List[Path]:
     return [d] + [d / n for n in names]
 
 
-def _locate_splits(subdirs: Sequence[str], patterns: Sequence[str]) -> Callable[[Path], Optional[Inputs]]:
-    return lambda d: _first_complete(_subdirs(d, subdirs), patterns)
+def _locate_splits(subdirs: Sequence[str], own: Sequence[str], shared: Sequence[str],
+                   folders: Sequence[str]) -> Callable[[Path], Optional[Inputs]]:
+    """Split files named by the ``own`` patterns (names no other corpus uses) in ``d`` or its ``subdirs``; names
+    that other corpora use too (``shared``: ``{}.txt``, ``wiki.{}.tokens``) count only in a folder named one of
+    ``folders`` (getdata.sh's layout), so that another corpus's folder is never read as this one."""
+    def locate(d: Path) -> Optional[Inputs]:
+        for base in _subdirs(d, subdirs):
+            named = base.name.lower() in folders
+            found = _first_complete([base], [*own, *(shared if named else ())])
+            if found:
+                return found
+        return None
+    return locate
+
+
+def _splits_expected(own: Sequence[str], shared: Sequence[str], folders: Sequence[str]) -> str:
+    """What :func:`_locate_splits` looks for, in words (for error messages)."""
+    def names(patterns):
+        return " or ".join(p.format("{train,valid,test}") for p in patterns)
+    parts = [names(own)] if own else []
+    return ", or ".join(parts + [f"{names(shared)} in a folder named {' or '.join(folders)}"])
+
+
+def _split_files(subdirs: Sequence[str], own: Sequence[str], shared: Sequence[str],
+                 folders: Sequence[str]) -> Tuple[str, Callable[[Path], Optional[Inputs]]]:
+    """``(expects, locate)`` of a :class:`CorpusSpec` whose splits are three files (see :func:`_locate_splits`)."""
+    return _splits_expected(own, shared, folders), _locate_splits(subdirs, own, shared, folders)
 
 
 def _locate_raw(names: Sequence[str], subdirs: Sequence[str]) -> Callable[[Path], Optional[Inputs]]:
@@ -271,13 +296,13 @@ _PTB_SHA256 = {"train": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c
                "test": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0"}
 _HUTTER_SIZE = 100_000_000
 
+_WIKITEXT_NAMES = ("wiki.{}.tokens", "{}.txt")  # WikiText-2 and -103 files have the same names
 _WIKITEXT_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/{}"
 _WIKITEXT_MIRROR = "https://wikitext.smerity.com/{}"
 
 SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in (
     CorpusSpec(
-        "wt103", "word", "wiki.{train,valid,test}.tokens or {train,valid,test}.txt",
-        _locate_splits(("wikitext-103", "wt103"), ("wiki.{}.tokens", "{}.txt")),
+        "wt103", "word", *_split_files(("wikitext-103", "wt103"), (), _WIKITEXT_NAMES, ("wikitext-103", "wt103")),
         lambda inp: _build_word(inp, count=("train",), lower_case=False),
         {"eos": True, "lower_case": False, "count": ["train"]},
         # md5 of the archive as recorded by torchtext for this URL (not re-verified here: no copy available).
@@ -286,8 +311,7 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
                     mirrors=(_WIKITEXT_MIRROR.format("wikitext-103-v1.zip"),)),),
         (("wikitext-103-v1.zip", _wikitext_members("wikitext-103")),)),
     CorpusSpec(
-        "wt2", "word", "wiki.{train,valid,test}.tokens or {train,valid,test}.txt",
-        _locate_splits(("wikitext-2", "wt2"), ("wiki.{}.tokens", "{}.txt")),
+        "wt2", "word", *_split_files(("wikitext-2", "wt2"), (), _WIKITEXT_NAMES, ("wikitext-2", "wt2")),
         lambda inp: _build_word(inp, count=SPLITS, lower_case=False),
         {"eos": True, "lower_case": False, "count": list(SPLITS)},
         # md5 of the archive as recorded by torchtext for this URL; the members' sha256 are verified here.
@@ -296,8 +320,8 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
                     mirrors=(_WIKITEXT_MIRROR.format("wikitext-2-v1.zip"),)),),
         (("wikitext-2-v1.zip", _wikitext_members("wikitext-2", _WT2_SHA256)),)),
     CorpusSpec(
-        "ptb", "word", "ptb.{train,valid,test}.txt or {train,valid,test}.txt",
-        _locate_splits(("ptb", "penn", "simple-examples/data"), ("ptb.{}.txt", "{}.txt")),
+        "ptb", "word", *_split_files(("ptb", "penn", "simple-examples/data"), ("ptb.{}.txt",), ("{}.txt",),
+                                     ("ptb", "penn")),
         lambda inp: _build_word(inp, count=SPLITS, lower_case=True),
         {"eos": True, "lower_case": True, "count": list(SPLITS)},
         # No checksum or size of simple-examples.tgz could be established; its three members are verified.
@@ -306,14 +330,14 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
             Member(f"simple-examples/data/ptb.{s}.txt", f"ptb/ptb.{s}.txt", f"sha256:{_PTB_SHA256[s]}")
             for s in SPLITS)),)),)),
     CorpusSpec(
-        "enwik8", "byte", "the unzipped 'enwik8' file (or enwik8.zip)",
+        "enwik8", "byte", "the unzipped 'enwik8' file",
         _locate_raw(("enwik8",), ("enwik8",)), build_enwik8,
         {"split": "5%+5% from the end", "newlines": "dropped", "symbols": "decimal byte values"},
         # No checksum of enwik8.zip could be verified here; the extracted member's size (100,000,000) is checked.
         (RemoteFile("http://mattmahoney.net/dc/enwik8.zip", "enwik8.zip"),),
         (("enwik8.zip", (MemberPattern("", members=(Member("enwik8", "enwik8", size=_HUTTER_SIZE),)),)),)),
     CorpusSpec(
-        "text8", "char", "the unzipped 'text8' file (or text8.zip)",
+        "text8", "char", "the unzipped 'text8' file",
         _locate_raw(("text8",), ("text8",)), build_text8,
         {"split": "5%+5% from the end", "strip": True, "whitespace": "spaces only"},
         # No checksum of text8.zip could be verified here; the extracted member's size (100,000,000) is checked.
@@ -346,7 +370,7 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
         ()),
 )})
 
-KNOWN_CORPORA = tuple(sorted([*SPECS, "default"]))
+KNOWN_CORPORA = (*SPECS, "default")  # in the order of the module docstring's table
 
 
 def _spec(name: str) -> CorpusSpec:
@@ -389,9 +413,15 @@ def _from_data_dir(spec: CorpusSpec, data_dir: Path, root: Path) -> Inputs:
         found = spec.locate(work)
         if found:
             return found
-    archives = " or ".join(a for a, _ in spec.archives)
-    raise DataError(f"{spec.name}: found neither {spec.expects}{' nor ' + archives if archives else ''} "
-                    f"in {data_dir}")
+    archives = "".join(f", or {a}" for a, _ in spec.archives)
+    raise DataError(f"{spec.name}: no {spec.name} files in {data_dir}: expected {spec.expects}{archives}"
+                    f"{_other_corpus_hint(spec, data_dir)}")
+
+
+def _other_corpus_hint(spec: CorpusSpec, data_dir: Path) -> str:
+    """`` (the folder holds wt2's files)`` when other named corpora find their files in ``data_dir``."""
+    others = [other.name for other in SPECS.values() if other is not spec and other.locate(data_dir)]
+    return f" (the folder holds {' and '.join(others)}'s files)" if others else ""
 
 
 def _from_download(spec: CorpusSpec, root: Path, download: bool) -> Inputs:
@@ -441,8 +471,11 @@ def load_corpus(name: str, data_dir: Optional[PathLike] = None, cache_dir: Optio
 
     Args:
         name: one of :data:`KNOWN_CORPORA`.
-        data_dir: directory holding the corpus files (original ``getdata.sh`` names, the pytorch/examples names,
-            the raw ``enwik8``/``text8`` file, or the downloaded archive); None: use the download cache.
+        data_dir: the corpus's folder, or a folder holding it under its usual name (``ptb``, ``penn``,
+            ``wikitext-2`` ...). Files of one corpus only (``ptb.train.txt``, the raw ``enwik8``/``text8`` file,
+            the downloaded archive) are found there; names several corpora share (``train.txt`` ... of
+            ``getdata.sh`` and pytorch/examples, WikiText's ``wiki.train.tokens``) count only in a folder named
+            after the corpus, so another corpus's folder is refused. None: use the download cache.
         cache_dir: cache root (default ``$TXL_CACHE_DIR`` or ``~/.cache/transformer-xl``).
         download: with no ``data_dir``, fetch missing files from the canonical source.
     """

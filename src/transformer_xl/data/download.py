@@ -25,7 +25,8 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from ..errors import DataError
-from ._io import PathLike, atomic_write
+from ..files import atomic_write_stream
+from ._io import PathLike
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,7 @@ def _safe_relpath(name: str) -> PurePosixPath:
 
 
 def _copy_member(src: BinaryIO, dest: Path, member: Optional[Member], archive: Path) -> None:
-    atomic_write(dest, lambda f: shutil.copyfileobj(src, f, _CHUNK))
+    atomic_write_stream(dest, lambda f: shutil.copyfileobj(src, f, _CHUNK))
     if member is not None:
         verify_file(dest, member.checksum, member.size, what=f"{member.name} from {archive}")
 

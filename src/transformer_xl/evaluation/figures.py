@@ -8,10 +8,10 @@ failed write leaves neither a partial image nor a changed old one.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import DataError
+from ..files import atomic_write
 
 
 def pyplot():
@@ -52,18 +52,11 @@ def save_figure(fig, path, flag: str = "--out") -> Path:
     """Lay ``fig`` out, write it to ``path`` through a temporary file and a rename (DataError naming the path on
     failure), and close it."""
     path = Path(path)
-    tmp = None
     fig.tight_layout()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-        os.close(fd)
-        fig.savefig(tmp, format=path.suffix.lower().lstrip("."))
-        os.replace(tmp, path)
-        tmp = None
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower().lstrip(".")), suffix=path.suffix)
     except OSError as exc:
         raise DataError(f"{flag}: cannot write {path}: {exc.strerror or exc}") from None
     finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
         pyplot().close(fig)
     return path

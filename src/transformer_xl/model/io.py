@@ -7,8 +7,6 @@ HuggingFace's ``pytorch_model.bin`` is read with ``torch.load(weights_only=True)
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from .. import __version__
 from ..errors import CheckpointError, ConfigError
+from ..files import atomic_write  # the package's one atomic writer (still importable from here)
 from ..hub import CONFIG_NAME, WEIGHTS_NAME, Located, locate
 from .config import TransformerXLConfig
 from .layouts import config_from_hf, prepare_state_dict
@@ -33,22 +32,6 @@ def unique_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
         if name not in param_names:  # a persistent buffer
             tensors[name] = value.detach()
     return tensors
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename over ``path``, so a crash never leaves a half file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_pretrained(model, directory) -> None:

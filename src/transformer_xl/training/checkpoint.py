@@ -35,9 +35,10 @@ from safetensors.torch import save_file
 
 from .. import __version__
 from ..errors import CheckpointError, ConfigError
+from ..files import atomic_write, write_json
 from ..hub import (CHECKPOINTS, COMPLETE, CONFIG_NAME, STEP_DIR, WEIGHTS_NAME, checkpoint_step,  # noqa: F401
                    checkpoints_dir, is_model_dir, latest_checkpoint, list_checkpoints, resolve_model_dir)
-from ..model.io import atomic_write, load_safetensors
+from ..model.io import load_safetensors
 
 TRAINER_STATE = "trainer_state.json"
 BEST_INFO = "best.json"  # in best/: {"step": N, "valid_loss": x}
@@ -114,13 +115,9 @@ def mems_from_tensors(tensors: Dict[str, torch.Tensor], batch_size: int, rows: s
 
 
 # ---------------------------------------------------------------------------- write / read
-def write_json(path: Path, value: Any) -> None:
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(value, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-
-    atomic_write(path, write)
+def save_tensors(path: Path, tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> None:
+    """A safetensors file, written atomically with the umask's mode (safetensors alone creates 0600 files)."""
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
 def read_json(path: Path) -> Any:
@@ -137,7 +134,7 @@ def save_model_tensors(directory: Path, config, tensors: Dict[str, torch.Tensor]
     """The files of ``save_pretrained`` from full weights held apart from a module (e.g. gathered from FSDP shards)."""
 
     meta = {"format": "pt", "library": "transformer-xl", "version": __version__}
-    atomic_write(Path(directory) / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    save_tensors(Path(directory) / WEIGHTS_NAME, tensors, meta)
     atomic_write(Path(directory) / CONFIG_NAME, config.to_json_file)
 
 
@@ -180,10 +177,10 @@ def _write_checkpoint_dir(tmp: Path, write_model, optimizer_state: dict, trainer
     write_model(tmp)
     write_extra(tmp)
     opt_tensors, opt_meta = optimizer_to_safe(optimizer_state)
-    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    save_tensors(tmp / "optimizer.safetensors", opt_tensors)
     _kill_point("checkpoint_files")
     write_json(tmp / "optimizer.json", opt_meta)
-    save_file(state_tensors, str(tmp / "state.safetensors"))
+    save_tensors(tmp / "state.safetensors", state_tensors)
     write_json(tmp / TRAINER_STATE, trainer_state)
     _fsync_dir(tmp)
     write_json(tmp / COMPLETE, {"step": trainer_state["step"]})  # last: marks the directory complete

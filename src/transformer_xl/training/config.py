@@ -159,6 +159,7 @@ def _read_yaml(path: Path, seen: Tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}: invalid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (model, data, train, eval)")
+    _check_sections(values, path)
     base = values.pop("base", None)
     if base is None:
         return values
@@ -170,6 +171,17 @@ def _read_yaml(path: Path, seen: Tuple[Path, ...] = ()) -> dict:
         else:
             merged[section] = fields
     return merged
+
+
+def _check_sections(values: dict, path: Path) -> None:
+    """Each section of a config file is a mapping of fields; an empty one (YAML null) becomes ``{}``."""
+    for section in SECTIONS:
+        fields_ = values.get(section, {})
+        if fields_ is None:
+            values[section] = {}
+        elif not isinstance(fields_, dict):
+            raise ConfigError(f"{path}: section '{section}' must be a mapping of fields (name: value), got "
+                              f"{fields_!r}")
 
 
 def resolve_config_path(name_or_path: Optional[str]) -> Path:

@@ -36,7 +36,7 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         """Take the lock or raise ConfigError naming the process that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides, as for open(..., 'w')
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from ..devices import autocast_dtype, resolve_device
 from ..errors import CheckpointError, ConfigError, DataError, TXLError
 from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
+from ..files import atomic_write_text
 from ..hub import RUN_CONFIG_NAME
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import choose_backend
@@ -60,6 +60,7 @@ class TrainResult:
     stopped_by: str = "max_steps"  # max_steps | max_time | SIGINT | SIGTERM (a checkpoint was written first)
     rank: int = 0  # of this process in a distributed run
     checkpoint: Optional[Path] = None  # the last checkpoint this process wrote (rank 0)
+    valid_scope: str = ""  # " (first N of M segments)" when validation read only part of the valid split
 
 
 def load_data(cfg: RunConfig, vocab_dir=None):
@@ -222,17 +223,7 @@ class Trainer:
 
     def _write_run_config(self) -> None:
         """run.yaml, written to a temporary file and renamed: a kill never leaves half of it."""
-        path = self.run_dir / RUN_CONFIG_NAME
-        tmp = self.run_dir / f".{RUN_CONFIG_NAME}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        atomic_write_text(self.run_dir / RUN_CONFIG_NAME, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
 
     def close(self) -> None:
         """Close the metrics and release the run directory's lock."""
@@ -334,6 +325,13 @@ class Trainer:
             max_steps=max_steps if max_steps is not None else e.max_steps, device=self.device,
             autocast_dtype=self.amp_dtype, rank=self.dist.rank if split_rows else 0,
             world_size=self.dist.world_size if split_rows else 1))
+
+    def valid_scope(self) -> str:
+        """`` (first N of M segments)`` when validation reads only the first ``eval.max_steps`` segments of the
+        valid split (what ``txl eval --split valid --batch-size B --max-steps N`` reads), else ``''``."""
+        e = self.cfg.eval
+        total = len(LMOrderedIterator(self.corpus.valid, e.batch_size, e.tgt_len or self.model.config.tgt_len))
+        return f" (first {e.max_steps} of {total} segments)" if e.max_steps is not None and e.max_steps < total else ""
 
     def state_dict(self, elapsed: float) -> dict:
         """The trainer's own state (``trainer_state.json``): step, data position, best and last validation,
@@ -441,7 +439,7 @@ class Trainer:
                 bar.close()
             self.metrics.close()
         return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by,
-                           self.dist.rank, saved_at)
+                           self.dist.rank, saved_at, self.valid_scope())
 
     def _log_train(self, bar, loss: float, tokens_per_s: float, elapsed: float) -> None:
         record = {"step": self.step, "split": "train", "epoch": self.epoch, "loss": loss,
@@ -463,7 +461,8 @@ class Trainer:
             self.best_valid, self.best_step = result.loss, self.step
         self.metrics.log({"step": self.step, "split": "valid", "loss": result.loss, self.metric: result.value,
                           "tokens_per_s": result.tokens_per_s})
-        message = f"step {self.step} | valid loss {result.loss:.4f} | {self.metric} {result.value:.3f}" + (" | best" if is_best else "")
+        message = (f"step {self.step} | valid loss {result.loss:.4f}{self.valid_scope()} | {self.metric} "
+                   f"{result.value:.3f}" + (" | best" if is_best else ""))
         if bar is not None:
             bar.write(message)
         else:

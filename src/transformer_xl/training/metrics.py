@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from ..errors import DataError
-from ..model.io import atomic_write
+from ..files import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,7 @@ class MetricsLogger:
         if len(kept) == len(records) and not torn and _ends_with_newline(self.path):
             return
 
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-
-        atomic_write(self.path, write)
+        atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
     @staticmethod
     def _open_tensorboard(folder: Path):

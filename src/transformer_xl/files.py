@@ -1,0 +1,92 @@
+"""Atomic file writes, the one way the package writes a file it keeps (checkpoints, models, vocabularies,
+corpus caches, metrics, figures, run configs).
+
+:func:`atomic_write` writes into a new temporary file beside the target (``.NAME.XXXXXXXX.tmp``: the pattern
+that ``training.checkpoint.TEMPORARY`` clears after a kill), fsyncs it and renames it over the target, so a
+crash leaves either the old file or the new one, never half of one; on any exception the temporary file is
+removed. The file gets the mode a plain ``open(path, "w")`` would give it (``0o666`` less the umask: 0644
+under umask 022, 0664 under 002), whatever the writer did: ``tempfile.mkstemp`` and safetensors both create
+0600 files. Parent folders are created as needed. Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Tuple, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_NAME_ATTEMPTS = 100
+
+
+def atomic_write(path: PathLike, write: Callable[[Path], Any], suffix: str = ".tmp") -> Path:
+    """Call ``write(tmp)`` to write the temporary file ``tmp`` (a Path beside ``path``, already created and
+    empty), then give it the umask's mode, fsync it and rename it over ``path``. Returns ``path`` as a Path.
+
+    ``suffix`` ends the temporary name (e.g. ``.png`` for writers that pick a format from it).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, mode = _new_temporary(path, suffix)
+    try:
+        write(tmp)
+        os.chmod(tmp, mode)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_stream(path: PathLike, write: Callable[[BinaryIO], Any]) -> Path:
+    """:func:`atomic_write` for writers of an open binary file: ``write(fileobj)``."""
+    def through_file(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            write(fh)
+
+    return atomic_write(path, through_file)
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
+    """Atomically write ``data`` to ``path``."""
+    return atomic_write_stream(path, lambda fh: fh.write(data))
+
+
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    """Atomically write ``text`` to ``path`` as UTF-8 (newlines as given)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: PathLike, value: Any) -> Path:
+    """Atomically write ``value`` as JSON: 2-space indent, sorted keys, ASCII, a final newline."""
+    return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _new_temporary(path: Path, suffix: str) -> Tuple[Path, int]:
+    """A new empty file ``.NAME.XXXXXXXX{suffix}`` beside ``path``, created as ``open(..., "w")`` creates a
+    file (mode ``0o666`` less the umask), and that mode."""
+    for _ in range(_NAME_ATTEMPTS):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            return tmp, stat.S_IMODE(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(path))
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_stream", "atomic_write_text", "write_json"]
