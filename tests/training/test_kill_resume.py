@@ -3,8 +3,8 @@
 bit for bit. SIGTERM writes a checkpoint, exits 143, and resume continues exactly.
 
 The killed runs are forked from this process (no interpreter start-up per trial); the resume runs in-process.
-``TXL_KILL_AT=point:n`` makes the trainer SIGKILL itself the n-th time it passes a named point of
-checkpoint.py (see ``checkpoint._kill_point``).
+The child SIGKILLs itself the n-th time it passes a named point of checkpoint writing, pruning or the best/ swap:
+faults are injected from the test side (tests/training/faults.py), not by a hook in production code.
 """
 
 import json
@@ -23,22 +23,24 @@ from transformer_xl.training import checkpoint as ckpt
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.metrics import read_metrics
 
+import faults
 from run_helpers import MAX_STEPS, leftovers, run_args, wait_child, write_corpus
 
-KILL_POINTS = ("checkpoint_files", "checkpoint_written", "checkpoint_renamed", "prune_unmarked", "best_copied",
-               "best_swapped_out")
+KILL_POINTS = faults.POINTS
 TIMING = ("tokens_per_s", "elapsed")  # wall-clock fields: the only ones that may differ
 
 
-def run_in_child(args, env=None, resume=False):
-    """Fork; the child trains and leaves with os._exit (0: done, 3: error). Returns the child's pid."""
+def run_in_child(args, kill_at=None, resume=False):
+    """Fork; the child trains and leaves with os._exit (0: done, 3: error), or SIGKILLs itself at ``kill_at``
+    (``(point, n)``). Returns the child's pid."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 3
         try:
             torch.set_num_threads(1)
-            os.environ.update(env or {})
-            train(load_run_config("default", args), resume=resume)
+            passed = faults.kill_at(*kill_at) if kill_at else (lambda point: None)
+            with faults.passing(passed):
+                train(load_run_config("default", args), resume=resume)
             code = 0
         finally:
             os._exit(code)
@@ -81,20 +83,11 @@ def corpus_file(tmp_path_factory):
 def reference(tmp_path_factory, corpus_file, cache):
     """An uninterrupted run, and how many times it passed each kill point."""
     run = tmp_path_factory.mktemp("reference") / "run"
-    passes = {}
-    real = ckpt._kill_point
-
-    def count(name):
-        passes[name] = passes.get(name, 0) + 1
-        real(name)
-
-    ckpt._kill_point = count
-    try:
+    passes, count = faults.count_passes()
+    with faults.passing(count):
         start = time.monotonic()
         result = train(load_run_config("default", run_args(run, corpus_file, cache)))
         seconds = time.monotonic() - start
-    finally:
-        ckpt._kill_point = real
     assert result.steps == MAX_STEPS
     assert set(passes) == set(KILL_POINTS), passes
     return run, passes, seconds
@@ -119,7 +112,7 @@ def test_sigkill_anywhere_then_resume_equals_an_uninterrupted_run(tmp_path, corp
     if seed < 10:  # a named point inside checkpoint writing, pruning or the best/ swap, at a random occurrence
         point = KILL_POINTS[seed % len(KILL_POINTS)]
         nth = rng.randint(1, passes[point])
-        pid = run_in_child(args, env={"TXL_KILL_AT": f"{point}:{nth}"})
+        pid = run_in_child(args, kill_at=(point, nth))
         assert wait_child(pid) == -signal.SIGKILL, f"{point}:{nth} was not reached"
     else:  # a random moment: data loading, a step, validation, metrics or checkpoint writing
         pid = run_in_child(args)

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -151,7 +150,6 @@ def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict
     tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
     try:
         _write_checkpoint_dir(tmp, write_model, optimizer_state, trainer_state, state_tensors, write_extra)
-        _kill_point("checkpoint_written")
         if final.exists():  # re-saving the same step (e.g. after a resume): replace it
             old = root / f".old_step_{step:08d}_{os.getpid()}"
             _unmark(final)
@@ -164,7 +162,6 @@ def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _kill_point("checkpoint_renamed")
     prune_checkpoints(run_dir, keep)
     return final
 
@@ -178,7 +175,6 @@ def _write_checkpoint_dir(tmp: Path, write_model, optimizer_state: dict, trainer
     write_extra(tmp)
     opt_tensors, opt_meta = optimizer_to_safe(optimizer_state)
     save_tensors(tmp / "optimizer.safetensors", opt_tensors)
-    _kill_point("checkpoint_files")
     write_json(tmp / "optimizer.json", opt_meta)
     save_tensors(tmp / "state.safetensors", state_tensors)
     write_json(tmp / TRAINER_STATE, trainer_state)
@@ -207,7 +203,6 @@ def prune_checkpoints(run_dir, keep: int) -> None:
     oldest_kept = checkpoint_step(complete[-keep]) if len(complete) >= keep else checkpoint_step(complete[0])
     for stale in complete[:-keep]:
         _unmark(stale)
-        _kill_point("prune_unmarked")
         shutil.rmtree(stale, ignore_errors=True)
     for leftover in incomplete_checkpoints(run_dir):
         if checkpoint_step(leftover) < oldest_kept:
@@ -290,11 +285,9 @@ def copy_as_best(source: Path, run_dir: Path, names=None, info: Optional[dict] =
         if info is not None:
             write_json(tmp / BEST_INFO, info)
         _fsync_dir(tmp)
-        _kill_point("best_copied")
         if best.exists():
             old = Path(run_dir) / f".old_best_{os.getpid()}"
             os.replace(best, old)
-            _kill_point("best_swapped_out")
             os.replace(tmp, best)
             shutil.rmtree(old)
         else:
@@ -340,22 +333,6 @@ def repair_best(run_dir, best_step: Optional[int], best_valid: Optional[float]) 
     copy_as_best(source, run_dir, info={"step": best_step, "valid_loss": best_valid})
     held = "nothing" if info is None else f"step {info.get('step')}"
     return f"repaired best/: it held {held}, the best validation loss {best_valid:.4f} is step {best_step}'s"
-
-
-def _kill_point(name: str) -> None:
-    """Test hook: ``TXL_KILL_AT=name[:n]`` SIGKILLs this process the n-th time (default 1st) it passes ``name``."""
-    wanted = os.environ.get("TXL_KILL_AT")
-    if not wanted:
-        return
-    point, _, nth = wanted.partition(":")
-    if point != name:
-        return
-    _KILL_COUNTS[name] = _KILL_COUNTS.get(name, 0) + 1
-    if _KILL_COUNTS[name] == int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-_KILL_COUNTS: Dict[str, int] = {}
 
 
 def _fsync_dir(path: Path) -> None:
