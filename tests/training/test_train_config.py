@@ -87,3 +87,19 @@ def test_inv_sqrt_and_constant():
     assert lr_at(2, t) == pytest.approx(2 / 4 ** 1.5) and lr_at(16, t) == pytest.approx(0.25)
     c = schedule(lr=0.3, warmup_steps=0, max_steps=100, scheduler="constant")
     assert lr_at(0, c) == lr_at(99, c) == 0.3
+
+
+def test_attention_is_one_option_with_older_spellings():
+    from transformer_xl.model.attention import AttentionChoice
+    from transformer_xl.training import load_run_config
+
+    assert load_run_config("default", ["--attention", "streamed:64"]).train.attention_choice() == ("streamed", 64)
+    assert load_run_config("default", ["--attention", "triton"]).train.attention_choice() == ("triton", 0)
+    assert load_run_config("default", ["--attn-chunk", "32"]).train.attention_choice() == AttentionChoice("streamed", 32)
+    assert load_run_config("default", ["--fused-attention", "true"]).train.attention_choice() == ("triton", 0)
+    assert load_run_config("default").train.attention_choice() == ("plain", 0)
+    for bad in (["--attention", "nosuch"], ["--attention", "streamed:x"], ["--attention", "plain:3"],
+                ["--attention", "triton", "--attn-chunk", "8"]):
+        with pytest.raises(ConfigError) as err:
+            load_run_config("default", bad)
+        assert "attention" in str(err.value) and "\n" not in str(err.value)

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from ..errors import ConfigError
+from ..model.attention import AttentionChoice
 from ..model.config import TransformerXLConfig
 
 
@@ -52,8 +53,11 @@ class TrainConfig:
     clip: float = 0.25  # gradient-norm clipping; 0 disables it
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs a GPU; uses a gradient scaler)
     compile: bool = False  # torch.compile the model, for training and evaluation (see README, Performance)
-    attn_chunk: int = 0  # >0: memory-efficient attention (attn_type 0), keys streamed this many at a time; same results
-    fused_attention: bool = False  # the fused Triton attention kernel on CUDA (attn_type 0, dropatt 0); same results
+    # The attention back-end (attn_type 0), same results: plain | streamed:N (keys N at a time: memory-efficient) |
+    # triton (the fused CUDA kernel; elsewhere streamed with :N, else plain). None: from the older spellings below.
+    attention: Optional[str] = None
+    attn_chunk: int = 0  # older spelling of attention streamed:N
+    fused_attention: bool = False  # older spelling of attention triton
     seed: int = 1111
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     log_interval: int = 200
@@ -67,6 +71,17 @@ class TrainConfig:
     parallel: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (sharded weights, gradients, optimiser)
     dist_timeout: float = 600.0  # seconds a collective waits for a peer before the job fails
     init_from: Optional[str] = None  # fine-tune: start from this checkpoint's weights and vocabulary (finetune.py)
+
+    def attention_choice(self) -> AttentionChoice:
+        """The attention to train with: ``attention``, or its older spellings ``attn_chunk``/``fused_attention``."""
+        if self.attention is None:
+            return AttentionChoice.of(self.attn_chunk, self.fused_attention)
+        if self.attn_chunk or self.fused_attention:
+            raise ConfigError("attention: give it alone (attn_chunk and fused_attention are its older spellings)")
+        try:
+            return AttentionChoice.parse(self.attention)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 @dataclass
@@ -115,6 +130,7 @@ class RunConfig:
             raise ConfigError(f"lr: must be positive, got {t.lr}")
         if t.attn_chunk < 0:
             raise ConfigError(f"attn_chunk: must be >= 0, got {t.attn_chunk}")
+        t.attention_choice()  # ConfigError for an unknown or ill-formed back-end
         if t.warmup_steps < 0:
             raise ConfigError(f"warmup_steps: must be >= 0, got {t.warmup_steps}")
         if t.clip < 0:

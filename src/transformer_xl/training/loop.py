@@ -15,33 +15,29 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
 import torch
-import yaml
 
 from ..data import LMOrderedIterator, align_labels, load_corpus, load_text_corpus, load_vocab
 from ..devices import autocast_dtype, resolve_device
-from ..errors import CheckpointError, ConfigError, DataError, TXLError
+from ..errors import ConfigError, DataError
 from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
-from ..files import atomic_write_text
-from ..hub import RUN_CONFIG_NAME
 from ..model import TransformerXL, TransformerXLConfig
-from ..model.attention import choose_backend
-from ..model.footprint import plan_attention
+from ..model.attention import AttentionChoice
+from ..model.footprint import fit_attention
 from ..model.io import load_into, read_weights
 from ..model.transformer import IGNORE_INDEX
 from . import checkpoint as ckpt
 from . import distributed, finetune, preflight
 from .allocator import keep_cpu_memory
-from .lock import LOCK_NAME, RunLock
+from .checkpointer import Checkpointer
 from .config import RunConfig
-from .metrics import MetricsLogger, NullMetrics
+from .run_dir import RunDirectory
 from .schedule import build_optimizer, lr_at, set_lr
 from .signals import stop_requests
 
@@ -94,7 +90,6 @@ class Trainer:
     def __init__(self, cfg: RunConfig, resume: bool = False, corpus=None):
         self.cfg = cfg
         t = cfg.train
-        self.run_dir = Path(t.run_dir)
         self.dist = distributed.setup(t, resolve_device(t.device))
         self.parallel = distributed.parallel_mode(self.dist)  # one process, DDP or FSDP
         self.device = self.dist.device
@@ -103,20 +98,22 @@ class Trainer:
             torch.set_num_threads(t.num_threads)
         if t.keep_cpu_memory and self.device.type == "cpu":
             keep_cpu_memory()
-        self.lock: Optional[RunLock] = None
-        self.metrics = NullMetrics()
-        created = self._open_run_dir()
+        self.directory = RunDirectory(t.run_dir, self.dist).open()
+        self.run_dir = self.directory.path
+        self.checkpointer = Checkpointer(self.directory, self.dist, self.parallel, t.keep_checkpoints)
         try:
             self._prepare(resume, corpus)
         except BaseException:
-            self.close()
-            if created is not None and self.dist.is_main:
-                preflight.remove_new_run_dir(self.run_dir, LOCK_NAME, created)
+            self.directory.abandon()
             raise
+
+    @property
+    def metrics(self):
+        return self.directory.metrics
 
     def _prepare(self, resume: bool, corpus) -> None:
         cfg, t = self.cfg, self.cfg.train
-        latest = self._check_run_dir(resume)
+        latest = self.directory.checkpoint_to_resume(resume, t.batch_size)
         distributed.check_agree(self.dist, ckpt.checkpoint_step(latest), "checkpoint step to resume from",
                                 "every machine must see --run-dir on one shared filesystem")
         init = None
@@ -135,11 +132,10 @@ class Trainer:
                                preflight.split_sources(cfg.data))
         distributed.seed_dropout(self.dist, t.seed)
         if latest is not None:
-            self._restore_model(latest)
+            self.checkpointer.load_model(self.model, latest)
         elif init is not None:
             self._init_model(init)
-        self._plan_memory()
-        self.model.set_attention(*choose_backend(t.attn_chunk, t.fused_attention))
+        self.model.set_attention(*self._plan_attention())
         self.engine = self.parallel.wrap(self.model)
         if t.compile:  # compiles model.__call__ in place: the training step, evaluation and DDP all use it
             self.model.compile()  # what the training step calls
@@ -157,81 +153,20 @@ class Trainer:
         if self.dist.is_main:
             mem_floats = (self.model.config.n_layer + 1) * t.batch_size * self.model.config.mem_len * self.model.config.d_model
             preflight.check_free_space(self.run_dir, preflight.checkpoint_bytes(self.model.num_parameters(), 2, mem_floats))
-        self._accept()
+        self.directory.accept(self.cfg.to_dict(), t.tensorboard, self.step, self.best_step, self.best_valid,
+                              repair_best=not self._legacy_best)
 
-    # ------------------------------------------------------------------ setup
-    def _open_run_dir(self) -> Optional[Path]:
-        """Rank 0 creates the run directory, locks it and removes what killed runs left; returns the outermost
-        directory it created (None if none)."""
-        created, error = None, None
-        if self.dist.is_main:
-            try:
-                created = preflight.make_run_dir(self.run_dir)
-                with preflight.disk_writes(f"the lock file in {self.run_dir}"):
-                    self.lock = RunLock(self.run_dir).acquire()
-            except TXLError as exc:
-                error = exc
-                if created is not None:
-                    preflight.remove_new_run_dir(self.run_dir, LOCK_NAME, created)
-        if distributed.all_reduce_sum(self.dist, [float(error is not None)])[0] > 0:
-            if error is not None:
-                raise error
-            raise ConfigError(f"run_dir: rank 0 could not open {self.run_dir} (see its error)")
-        if self.dist.is_main:
-            for path in ckpt.remove_temporaries(self.run_dir) + ckpt.remove_half_pruned(self.run_dir):
-                log.info("removed %s, left by an interrupted run", path)
-        return created
-
-    def _plan_memory(self) -> None:
-        """Refuse lengths whose training step cannot fit in memory (one line with the estimate), or switch to
-        the streamed attention when only it fits (one warning)."""
+    def _plan_attention(self) -> AttentionChoice:
+        """The configured attention, or the streamed one when only it fits (one warning); lengths whose training
+        step cannot fit at all are refused (one line with the estimate)."""
         t, c = self.cfg.train, self.model.config
         rows = max(1, t.batch_size // (self.dist.world_size * max(1, t.batch_chunk)))  # per process and chunk
-        chunk, note = plan_attention(c, rows, c.tgt_len, c.mem_len, self.device, training=True,
-                                     attn_chunk=t.attn_chunk, precision=t.precision)
-        if note:
-            log.warning(note)
-        t.attn_chunk = chunk
-
-    def _check_run_dir(self, resume: bool) -> Optional[Path]:
-        """Refuse to overwrite a run, or to resume it with another global batch; returns the checkpoint to resume."""
-        if not resume and ckpt.list_checkpoints(self.run_dir):
-            raise ConfigError(f"run_dir: {self.run_dir} already holds checkpoints; pass --resume to continue it, "
-                              f"or choose another --run-dir")
-        ignored = ckpt.incomplete_checkpoints(self.run_dir)
-        if ignored and self.dist.is_main:
-            log.warning("ignoring %s in %s: no completeness marker (%s), so not a checkpoint",
-                        ", ".join(p.name for p in ignored), ckpt.checkpoints_dir(self.run_dir), ckpt.COMPLETE)
-        latest = ckpt.latest_checkpoint(self.run_dir) if resume else None
-        if latest is not None:  # refuse before anything is written
-            ckpt.check_global_batch(latest, self.cfg.train.batch_size)
-        return latest
-
-    def _accept(self) -> None:
-        """Every check passed: write run.yaml, trim metrics.jsonl to the resumed step, make best/ tell the truth."""
-        t = self.cfg.train
-        if not self.dist.is_main:
-            return
-        with preflight.disk_writes(str(self.run_dir / RUN_CONFIG_NAME)):
-            self._write_run_config()
-        with preflight.disk_writes(str(self.run_dir / "metrics.jsonl")):
-            self.metrics = MetricsLogger(self.run_dir, t.tensorboard, truncate_after_step=self.step)
-            if not self._legacy_best:
-                message = ckpt.repair_best(self.run_dir, self.best_step, self.best_valid)
-                if message:
-                    log.warning("%s", message)
-
-    def _write_run_config(self) -> None:
-        """run.yaml, written to a temporary file and renamed: a kill never leaves half of it."""
-        atomic_write_text(self.run_dir / RUN_CONFIG_NAME, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
+        return fit_attention(c, rows, c.tgt_len, c.mem_len, self.device, t.attention_choice(), training=True,
+                             precision=t.precision)
 
     def close(self) -> None:
         """Close the metrics and release the run directory's lock."""
-        self.metrics.close()
-        self.metrics = NullMetrics()
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        self.directory.close()
 
     def _new_iterator(self):
         t, m = self.cfg.train, self.model.config
@@ -242,14 +177,6 @@ class Trainer:
     def epoch(self) -> int:
         return self.iterator.epoch
 
-    def _restore_model(self, directory: Path) -> None:
-        """Weights first: DDP and FSDP take the module as it is when they wrap it."""
-        saved = TransformerXL.from_pretrained(directory, map_location=self.device)
-        if saved.config != self.model.config:
-            raise ConfigError(f"{directory}: the checkpoint's model config differs from this run's config; "
-                              f"resume with the run's own run.yaml")
-        self.model.load_state_dict(saved.state_dict())
-
     def _init_model(self, init: "finetune.InitSource") -> None:
         """Fine-tuning: the weights of the ``--init-from`` checkpoint (read straight into the model: no RNG use)."""
         load_into(self.model, read_weights(init.located, self.model), str(init.located.weights_path))
@@ -257,23 +184,12 @@ class Trainer:
                  f"{self.model.num_parameters():,}")
 
     def _restore_state(self, directory: Path) -> None:
+        """The optimiser, this trainer's state, the memories and the RNG of a checkpoint (the weights come first)."""
         t = self.cfg.train
-        state, optimizer_state, tensors = ckpt.load_training_state(directory)
-        if state.get("vocab_size") != len(self.corpus.vocab):
-            raise DataError(f"{directory}: vocabulary of {state.get('vocab_size')} symbols does not match the "
-                            f"corpus' {len(self.corpus.vocab)}")
-        try:
-            self.parallel.load_optimizer_state(self.model, self.optimizer, optimizer_state)
-        except (ValueError, KeyError, IndexError, RuntimeError) as exc:
-            raise CheckpointError(f"{directory}: optimizer state does not match this model "
-                                  f"({' '.join(str(exc).split())})") from None
+        state, tensors = self.checkpointer.load(directory, self.model, self.optimizer, len(self.corpus.vocab))
         self.load_state_dict(state)
-        self.chunk_mems = ckpt.mems_from_tensors(tensors, t.batch_size, self.dist.rows(t.batch_size), t.batch_chunk,
-                                                 self.device)
-        distributed.restore_rng(self.dist, tensors, t.seed)
-        saved_world = state.get("world_size", 1)
-        log.info("resumed %s at step %d%s", directory, self.step, f" (written by {saved_world} processes, now "
-                 f"{self.dist.world_size})" if saved_world != self.dist.world_size else "")
+        self.chunk_mems = self.checkpointer.memories(tensors, t.batch_size, t.batch_chunk)
+        self.checkpointer.restore_rng(tensors, t.seed)
 
     # ------------------------------------------------------------------ one step
     def _batches(self):
@@ -354,37 +270,10 @@ class Trainer:
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
 
-    def _write_extra(self, directory: Path) -> None:
-        self.corpus.vocab.save(directory)
-        shutil.copy2(self.run_dir / RUN_CONFIG_NAME, directory / RUN_CONFIG_NAME)
-
     def save(self, elapsed: float, is_best: bool = False) -> Optional[Path]:
-        """Every rank hands its part to rank 0, which writes the checkpoint; the others wait. Rank 0 gets the path."""
-        weights = self.parallel.full_model_tensors(self.model)
-        optimizer_state = self.parallel.full_optimizer_state(self.model, self.optimizer)
-        mems = distributed.gather_memory(self.dist, self.chunk_mems)
-        rng = distributed.gather_rng(self.dist) if self.dist.active else ckpt.rng_state()
-        path = None
-        if self.dist.is_main:
-            with preflight.disk_writes(f"checkpoint step {self.step} in {ckpt.checkpoints_dir(self.run_dir)}",
-                                       self._intact_hint):
-                path = ckpt.save_checkpoint(self.run_dir, self.step, self._model_writer(weights), optimizer_state,
-                                            self.state_dict(elapsed), {**rng, **ckpt.mems_to_tensors(mems)},
-                                            self._write_extra, self.cfg.train.keep_checkpoints)
-                if is_best:
-                    ckpt.copy_as_best(path, self.run_dir, info={"step": self.step, "valid_loss": self.best_valid})
-        self.dist.barrier()
-        return path
-
-    def _intact_hint(self) -> str:
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        kept = f"the checkpoints written before are intact (latest: {latest})" if latest else "no checkpoint was written"
-        return f"; {kept}; free space or fix {self.run_dir}, then rerun with --resume"
-
-    def _model_writer(self, weights):
-        if weights is None:
-            return self.model.save_pretrained
-        return lambda directory: ckpt.save_model_tensors(directory, self.model.config, weights)
+        """A checkpoint of this step (every rank calls it; rank 0 writes it and gets the path)."""
+        return self.checkpointer.save(self.step, self.model, self.optimizer, self.state_dict(elapsed), self.chunk_mems,
+                                      self.corpus.vocab, is_best, self.best_valid)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TrainResult:
@@ -398,7 +287,7 @@ class Trainer:
         bar = _progress(t, self.step) if self.dist.is_main else None
         batches = self._batches()
         try:
-            with stop_requests() as stops, preflight.disk_writes(str(self.run_dir), self._intact_hint):
+            with stop_requests() as stops, preflight.disk_writes(str(self.run_dir), self.directory.intact_hint):
                 while self.step < t.max_steps:
                     inp, tgt = next(batches)
                     loss = self.train_step(inp, tgt)
@@ -437,7 +326,7 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
-            self.metrics.close()
+            self.directory.metrics.close()
         return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by,
                            self.dist.rank, saved_at, self.valid_scope())
 
