@@ -40,3 +40,20 @@ def current_rss_bytes() -> int:
 
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def cpu_description() -> str:
+    """``CPU: <model name> | <the vector and matrix flags that decide the kernels>``, from /proc/cpuinfo."""
+    model, flags = "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+    shown = " ".join(f for f in wanted if f in flags) or "none of avx2/avx512/amx"
+    return f"CPU: {model} | {shown} | torch {torch.__version__}, {torch.get_num_threads()} threads"

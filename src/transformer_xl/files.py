@@ -1,5 +1,5 @@
 """Atomic file writes, the one way the package writes a file it keeps (checkpoints, models, vocabularies,
-corpus caches, metrics, figures, run configs).
+corpus caches, metrics, figures, run configs), and the one JSON reader (:func:`read_json`: one error line).
 
 :func:`atomic_write` writes into a new temporary file beside the target (``.NAME.XXXXXXXX.tmp``: the pattern
 that ``training.checkpoint.TEMPORARY`` clears after a kill), fsyncs it and renames it over the target, so a
@@ -66,6 +66,25 @@ def atomic_write_text(path: PathLike, text: str) -> Path:
 def write_json(path: PathLike, value: Any) -> Path:
     """Atomically write ``value`` as JSON: 2-space indent, sorted keys, ASCII, a final newline."""
     return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: PathLike, what: str = "JSON file", error: type = ValueError, expect: type = object) -> Any:
+    """A UTF-8 JSON file's value; ``error`` (the caller's one-line error class) names ``path`` and says why when
+    it is missing, a folder, unreadable, not UTF-8, not JSON, or not an ``expect`` (e.g. ``dict``)."""
+    p = Path(path)
+    try:
+        value = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{p}: {what} not found (file not found)") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a directory, not a {what}") from None
+    except OSError as exc:
+        raise error(f"{p}: {what} cannot be read ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{p}: {what} is not valid JSON ({exc})") from None
+    if not isinstance(value, expect):
+        raise error(f"{p}: expected a JSON {expect.__name__.replace('dict', 'object')} of {what}")
+    return value
 
 
 def _new_temporary(path: Path, suffix: str) -> Tuple[Path, int]:

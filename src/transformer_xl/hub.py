@@ -19,7 +19,6 @@ This module sits below the model: it reads file names and JSON, never weights.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .errors import CheckpointError, ConfigError
+from .files import read_json
 
 # ---------------------------------------------------------------------------- file names
 CONFIG_NAME = "config.json"
@@ -140,15 +140,7 @@ def config_format(config: Dict, origin: str) -> str:
 
 def read_config(path: Path) -> Dict:
     """A ``config.json`` as a dict (one CheckpointError line for a missing, undecodable or non-object file)."""
-    try:
-        values = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not a readable JSON config ({exc})") from None
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path}: expected a JSON object of config fields")
-    return values
+    return read_json(path, "config", CheckpointError, dict)
 
 
 # ---------------------------------------------------------------------------- locating

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, Iterator, List, Sequence, Union
 import numpy as np
 
 from ..errors import DataError
+from .. import files
 from ..files import atomic_write_bytes, atomic_write_stream
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -140,13 +141,7 @@ def load_npy(path: PathLike) -> np.ndarray:
 
 def read_json(path: PathLike, what: str = "JSON file") -> Any:
     """Parse a UTF-8 JSON file; DataError if it is missing or malformed."""
-    p = Path(path)
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{what} not found: {p}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{what} is not valid JSON: {p} ({exc})") from None
+    return files.read_json(path, what, DataError)
 
 
 def smallest_dtype(n_symbols: int) -> np.dtype:

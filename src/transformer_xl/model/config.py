@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from ..errors import ConfigError
+from ..files import read_json
 
 ATTN_TYPES = {
     0: "relative positions with learned global biases u, v (Transformer-XL, Dai et al. 2019)",
@@ -216,20 +217,7 @@ def _positive(cfg: TransformerXLConfig, *names: str) -> None:
 
 def read_json_object(path: str | os.PathLike, what: str) -> dict:
     """A JSON file holding one object; anything else is one ConfigError line."""
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            values = json.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a JSON file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a JSON object of {what}")
-    return values
+    return read_json(path, what, ConfigError, dict)
 
 
 def _positive_int(cfg: TransformerXLConfig, *names: str) -> None:

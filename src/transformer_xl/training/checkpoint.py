@@ -22,7 +22,6 @@ checkpoints and at most one complete new one; a half-written or half-pruned dire
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from safetensors.torch import save_file
 
 from .. import __version__
 from ..errors import CheckpointError, ConfigError
+from .. import files
 from ..files import atomic_write, write_json
 from ..hub import (CHECKPOINTS, COMPLETE, CONFIG_NAME, STEP_DIR, WEIGHTS_NAME, checkpoint_step,  # noqa: F401
                    checkpoints_dir, is_model_dir, latest_checkpoint, list_checkpoints, resolve_model_dir)
@@ -120,13 +120,7 @@ def save_tensors(path: Path, tensors: Dict[str, torch.Tensor], metadata: Optiona
 
 
 def read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    return files.read_json(path, "checkpoint file", CheckpointError)
 
 
 def save_model_tensors(directory: Path, config, tensors: Dict[str, torch.Tensor]) -> None:
