@@ -54,6 +54,8 @@ class AdaptiveEmbedding(nn.Module):
             return embed * self.emb_scale
         flat = inp.reshape(-1)  # [N]
         weight_dtype = self.emb_projs[0].dtype
+        if torch.compiler.is_exporting():
+            return self._dense(flat, weight_dtype).view(*inp.shape, self.d_proj) * self.emb_scale
         out = torch.zeros(flat.size(0), self.d_proj, dtype=weight_dtype, device=flat.device)  # [N, d_proj]
         for i, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
             idx = ((flat >= lo) & (flat < hi)).nonzero().squeeze(1)  # [N_i]
@@ -63,6 +65,16 @@ class AdaptiveEmbedding(nn.Module):
             emb_i = F.linear(emb_i, self.emb_projs[i])  # [N_i, d_proj]
             out = out.index_copy(0, idx, emb_i.to(out.dtype))
         return out.view(*inp.shape, self.d_proj) * self.emb_scale
+
+    def _dense(self, flat: Tensor, dtype) -> Tensor:
+        """The same embeddings without data-dependent shapes (for ``torch.export``): every cluster embeds every
+        token (its id clamped into the cluster) and each token keeps its own cluster's row. ``[N] -> [N, d_proj]``."""
+        out = torch.zeros(flat.size(0), self.d_proj, dtype=dtype, device=flat.device)  # [N, d_proj]
+        for i, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+            inside = ((flat >= lo) & (flat < hi))[:, None]  # [N, 1]
+            emb_i = F.linear(self.emb_layers[i]((flat - lo).clamp(0, hi - lo - 1)), self.emb_projs[i])  # [N, d_proj]
+            out = torch.where(inside, emb_i.to(dtype), out)
+        return out
 
 
 class ProjectedAdaptiveLogSoftmax(nn.Module):

@@ -51,6 +51,20 @@ def update_mems(hids: Sequence[Tensor], mems: Optional[Sequence[Tensor]], mem_le
     return new
 
 
+@torch.no_grad()
+def shift_mems(hids: Sequence[Tensor], mems: Sequence[Tensor], mems_mask: Tensor, padding_mask: Optional[Tensor],
+               ) -> Tuple[Mems, Tensor]:
+    """A memory of fixed length ``M`` (that of ``mems``): the last ``M`` of ``[mems, hids]`` in every layer and the
+    last ``M`` of ``[mems_mask, padding_mask]``, with no branch on the segment length (what an exported graph
+    runs; slots that never held a state stay hidden). ``hids[i] [B, L, d]``, ``mems[i] [B, M, d]``,
+    ``mems_mask [B, M]`` -> ``(n_layer x [B, M, d], [B, M])``."""
+    start = hids[0].size(1)  # of the last M rows of [M + L]: a non-negative index, right also for M = 0
+    new = [torch.cat([mem.to(h.dtype), h], dim=1)[:, start:] for mem, h in zip(mems, hids)]
+    pad = padding_mask if padding_mask is not None else torch.zeros(hids[0].shape[:2], dtype=torch.bool,
+                                                                    device=hids[0].device)
+    return new, torch.cat([mems_mask, pad], dim=1)[:, start:]
+
+
 def update_mems_mask(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor], batch: int, mlen: int,
                      qlen: int, mem_len: int, ext_len: int, device) -> Optional[Tensor]:
     """The hidden-position mask ``[B, M']`` that goes with :func:`update_mems`'s result, or None

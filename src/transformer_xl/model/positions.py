@@ -149,10 +149,10 @@ class LearnedAbsolutePositions(PositionScheme):
 
     def layer_input(self, model, i, core, mem, state):
         table = model.r_emb[i].flatten(1)  # [T, d]
-        qlen = core.size(1)
+        first = table.size(0) - core.size(1)  # the segment's rows are the table's last L
         if mem is not None and mem.size(1) > 0:
-            mem = mem + absolute_rows(table[:-qlen], mem.size(1))
-        return core + table[-qlen:], mem, None
+            mem = mem + absolute_rows(table[:first], mem.size(1))
+        return core + table[first:], mem, None
 
 
 SCHEMES = {0: RelativePositions(), 1: ShawPositions(), 2: AbsolutePositions(), 3: LearnedAbsolutePositions()}
@@ -164,11 +164,10 @@ def position_scheme(attn_type: int) -> PositionScheme:
 
 
 def absolute_rows(table: Tensor, mlen: int) -> Tensor:
-    """Last ``mlen`` rows of a learned position table ``[T, d]``, padded with row 0 when ``T < mlen``."""
-    if table.size(0) >= mlen:
-        return table[-mlen:]
-    pad = table[:1].expand(mlen - table.size(0), -1)
-    return torch.cat([pad, table], dim=0)
+    """Last ``mlen`` rows of a learned position table ``[T, d]``, padded with row 0 when ``T < mlen`` (written
+    without a branch on the lengths, so that an exported graph takes any segment length)."""
+    padded = torch.cat([table[:1].expand(mlen, -1), table], dim=0)  # [mlen + T, d]
+    return padded[padded.size(0) - mlen:]
 
 
 def _attn_args(cfg: TransformerXLConfig) -> Tuple:

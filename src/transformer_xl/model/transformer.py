@@ -25,7 +25,7 @@ from .attention import RelPartialLearnableMultiHeadAttn, Visibility, attention_b
 from .config import RunLengths, TransformerXLConfig
 from .dropout import Dropout
 from .io import PretrainedMixin
-from .memory import Mems, empty_mems, update_mems, update_mems_mask
+from .memory import Mems, empty_mems, shift_mems, update_mems, update_mems_mask
 from .positions import position_scheme
 
 IGNORE_INDEX = -100
@@ -244,10 +244,13 @@ class TransformerXL(PretrainedMixin, nn.Module):
         return self.drop(core)
 
     def transformer(self, input_ids: Tensor, mems: Optional[Sequence[Tensor]] = None,
-                    mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None):
+                    mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
+                    fixed_memory: bool = False):
         """Run the stack: ``input_ids [B, L]`` -> ``(hidden [B, L, d], new_mems, new_mask, hids)``.
 
         ``hids`` holds the n_layer + 1 intermediate states (each layer's input, then the output).
+        ``fixed_memory``: the memory keeps the length of ``mems`` (with ``mems_mask``; ext_len 0), updated without
+        a branch on the segment length (:func:`~.memory.shift_mems`), as an exported graph needs.
         """
         cfg = self.config
         bsz, qlen = input_ids.shape
@@ -270,8 +273,11 @@ class TransformerXL(PretrainedMixin, nn.Module):
             core = layer(core, pos, vis, mem_i)
         core = self.drop(core)
         hids.append(core)
-        new_mems = update_mems(hids[:-1], mems, self.mem_len, self.ext_len)
-        new_mask = update_mems_mask(mems_mask, padding_mask, bsz, mlen, qlen, self.mem_len, self.ext_len, device)
+        if fixed_memory:
+            new_mems, new_mask = shift_mems(hids[:-1], mems, mems_mask, padding_mask)
+        else:
+            new_mems = update_mems(hids[:-1], mems, self.mem_len, self.ext_len)
+            new_mask = update_mems_mask(mems_mask, padding_mask, bsz, mlen, qlen, self.mem_len, self.ext_len, device)
         return core, new_mems, new_mask, hids
 
     # ------------------------------------------------------------------ the language model

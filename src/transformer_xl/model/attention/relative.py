@@ -18,7 +18,7 @@ from torch import Tensor
 
 def distances(start: int, clamp_len: int, device) -> Tensor:
     """Distances ``start, start-1, ..., 0`` (float), clamped to ``clamp_len`` when it is positive."""
-    pos = torch.arange(start, -1, -1.0, device=device)
+    pos = (start - torch.arange(start + 1, device=device)).float()  # integer steps: exact, and exportable
     if clamp_len > 0:
         pos = pos.clamp(max=clamp_len)
     return pos

@@ -1,0 +1,40 @@
+"""``txl export``: the segment graph with memory as input and output, as ONNX or a torch.export program."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..export import export_model, graph_format
+from ..pretrained import open_checkpoint
+from .common import add_checkpoint_args
+from .options import at_least, checks, command
+
+
+@command
+def add_export(sub) -> None:
+    p = sub.add_parser("export", help="export a model with memory as input and output (.onnx or .pt2)",
+                       description="Write one graph: input_ids [B, T], mems [n_layer, B, mem_len, d_model] and "
+                                   "mems_mask [B, mem_len] in; log_probs [B, T, V], new_mems and new_mems_mask out; "
+                                   "B and T dynamic. The suffix of OUT picks the format: .onnx (onnxruntime; the "
+                                   "export extra) or .pt2 (torch.export). OUT.json describes the graph and its "
+                                   "fresh start; OUT.vocab.json is the checkpoint's vocabulary.")
+    add_checkpoint_args(p)
+    p.add_argument("out", metavar="OUT", help="the file to write: NAME.onnx or NAME.pt2")
+    p.add_argument("--mem-len", type=int, help="memory slots of the graph (default: the checkpoint's mem_len)")
+    p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the checkpoint's)")
+    p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
+    p.set_defaults(func=run_export, **checks(at_least("--mem-len", 0), at_least("--clamp-len", -1)))
+
+
+def run_export(args) -> int:
+    out = Path(args.out)
+    graph_format(out)  # the suffix, before anything is loaded
+    ckpt = open_checkpoint(args.checkpoint, args.revision, require_tokenizer=False, mem_len=args.mem_len,
+                           clamp_len=args.clamp_len, same_length=args.same_length)
+    result = export_model(ckpt.model, out, vocab=None if ckpt.tokenizer is None else ckpt.tokenizer.vocab)
+    cfg = ckpt.model.config
+    segment = f"T 1..{result.max_segment}" if result.max_segment else "T >= 1"
+    extra = f", vocabulary {result.vocabulary}" if result.vocabulary else ""
+    print(f"wrote {result.graph} (batch dynamic, {segment}, mem_len {ckpt.model.mem_len}, {cfg.n_layer} layers, "
+          f"vocabulary of {cfg.n_token:,}); description {result.description}{extra}")
+    return 0

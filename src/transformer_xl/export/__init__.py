@@ -1,0 +1,12 @@
+"""Export with memory as input and output: ONNX (onnxruntime) and ``torch.export`` programs.
+
+:func:`export_model` writes the segment graph of :mod:`.graph` (``input_ids``, ``mems``, ``mems_mask`` in;
+``log_probs``, ``new_mems``, ``new_mems_mask`` out; dynamic batch and segment length) and its description.
+``txl export CKPT OUT.onnx|OUT.pt2`` is the same from the command line.
+"""
+
+from .exporter import ExportResult, export_model, export_program, graph_format, max_segment
+from .graph import SegmentGraph, fresh_memory
+
+__all__ = ["ExportResult", "SegmentGraph", "export_model", "export_program", "fresh_memory", "graph_format",
+           "max_segment"]

@@ -1,0 +1,209 @@
+"""Export with memory as input and output: ONNX run by onnxruntime, and torch.export programs loaded back with
+``torch.export.load(...).module()``, against the eager model.
+
+For each model and format: 3 segments of tgt_len with the memory carried from a fresh start (batch 2), batch 3
+with segments of 5, and 12 single-token steps with the memory carried, all within 1e-4 of the eager model's
+log-probabilities (the eager model's memory grows from nothing, or starts from zero states for mem_init "zeros";
+the graph's is mem_len slots, hidden until filled). Greedy generation driven through onnxruntime equals
+``transformer_xl.generate`` token for token, for the decoding each model declares.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import randomize_, tiny_model
+from transformer_xl import generate
+from transformer_xl.cli import main
+from transformer_xl.export import export_model, fresh_memory
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+TOL = 1e-4
+MODELS = {
+    # word-level: 3 tail clusters, div_val 2, same_length with clamp_len
+    "word-3tails-div2": dict(n_token=60, cutoffs=[10, 25, 40], div_val=2, d_embed=32, tie_projs=[False, True, True],
+                             same_length=True, clamp_len=4, tgt_len=6, mem_len=7),
+    # character-level: a full softmax, pre-LN, untied u/v
+    "char-full-softmax-preln": dict(n_token=40, pre_lnorm=True, untie_r=True, tgt_len=5, mem_len=5),
+    # a fresh start of mem_len zero states (TensorFlow and HuggingFace models), sliding decoding
+    "mem-init-zeros-sliding": dict(n_token=60, cutoffs=[20], div_val=1, d_embed=12, tie_projs=[False, False],
+                                   mem_init="zeros", decoding="sliding", tgt_len=4, mem_len=6),
+}
+FORMATS = [".onnx", ".pt2"]
+
+
+def build(name: str):
+    model = tiny_model(seed=len(name), **MODELS[name])  # weights far from their initialisation (std 0.3, not 0.02)
+    randomize_(model, seed=len(name))
+    return model.eval()
+
+
+class Runner:
+    """The exported graph as a function of torch tensors: onnxruntime, or the loaded torch.export program."""
+
+    def __init__(self, path):
+        self.onnx = path.suffix == ".onnx"
+        self.run = ort.InferenceSession(str(path)) if self.onnx else torch.export.load(str(path)).module()
+
+    def __call__(self, ids, mems, mask):
+        if self.onnx:
+            feeds = {"input_ids": ids.numpy(), "mems": mems.numpy(), "mems_mask": mask.numpy()}
+            return [torch.from_numpy(np.asarray(x)) for x in self.run.run(None, feeds)]
+        with torch.no_grad():
+            return list(self.run(ids, mems, mask))
+
+
+@pytest.fixture(scope="module", params=[(m, f) for m in MODELS for f in FORMATS], ids=lambda p: f"{p[0]}{p[1]}")
+def exported(request, tmp_path_factory):
+    name, fmt = request.param
+    model = build(name)
+    path = tmp_path_factory.mktemp("export") / f"{name}{fmt}"
+    result = export_model(model, path)
+    return model, Runner(path), json.loads(result.description.read_text())
+
+
+def eager_and_graph(model, runner, x, seg_len):
+    """Worst |difference| of log-probs over consecutive segments of ``x [B, N]``, each memory carried."""
+    mems, (g_mems, g_mask) = None, fresh_memory(model, x.size(0))
+    worst = 0.0
+    with torch.no_grad():
+        for s in range(0, x.size(1), seg_len):
+            seg = x[:, s:s + seg_len]
+            out = model(seg, mems=mems, return_log_probs=True)
+            mems = out.mems
+            log_probs, g_mems, g_mask = runner(seg, g_mems, g_mask)
+            worst = max(worst, (log_probs - out.log_probs).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("case", ["3 segments of tgt_len, batch 2", "batch 3, segments of 5",
+                                  "12 single-token steps"])
+def test_graph_gives_the_eager_log_probs(exported, case):
+    model, runner, description = exported
+    gen = torch.Generator().manual_seed(7)
+    n_token = model.config.n_token
+    if case.startswith("3 segments"):
+        x, seg = torch.randint(0, n_token, (2, 3 * model.tgt_len), generator=gen), model.tgt_len
+    elif case.startswith("batch 3"):
+        x, seg = torch.randint(0, n_token, (3, 15), generator=gen), 5
+    else:
+        x, seg = torch.randint(0, n_token, (2, 12), generator=gen), 1
+    assert eager_and_graph(model, runner, x, seg) < TOL
+
+
+def test_description_says_the_fresh_start(exported):
+    model, _, description = exported
+    assert description["fresh_start"]["mems_mask"] == (model.config.mem_init != "zeros")
+    assert description["inputs"]["mems"]["shape"] == [model.config.n_layer, "B", model.mem_len, model.config.d_model]
+    assert description["decoding"] == model.config.decoding
+
+
+def ort_greedy(model, runner, prompt, n: int, decoding: str):
+    """Greedy tokens through the exported graph alone, as the decoding says: ``segment``, the prompt and new
+    tokens in segments of tgt_len, the open segment read again with each new token; ``sliding``, the prompt as
+    one segment, then every token a segment of its own."""
+    L = model.tgt_len
+    mems, mask = fresh_memory(model, 1)
+    out, seg = [], list(prompt)
+    if decoding == "sliding":
+        while len(out) < n:
+            log_probs, mems, mask = runner(torch.tensor([seg]), mems, mask)
+            seg = [int(log_probs[0, -1].argmax())]
+            out += seg
+        return out
+    while len(seg) > L:
+        _, mems, mask = runner(torch.tensor([seg[:L]]), mems, mask)
+        seg = seg[L:]
+    while len(out) < n:
+        log_probs, new_mems, new_mask = runner(torch.tensor([seg]), mems, mask)
+        tok = int(log_probs[0, -1].argmax())
+        out.append(tok)
+        if len(seg) == L:
+            mems, mask, seg = new_mems, new_mask, []
+        seg.append(tok)
+    return out
+
+
+@pytest.mark.parametrize("prompt_len", [3, 11])
+def test_greedy_generation_through_the_graph_equals_generate(exported, prompt_len):
+    model, runner, description = exported
+    prompt = torch.randint(0, model.config.n_token, (prompt_len,), generator=torch.Generator().manual_seed(3)).tolist()
+    expected = generate(model, [prompt], max_new_tokens=14, do_sample=False)[0]
+    assert ort_greedy(model, runner, prompt, 14, description["decoding"]) == expected
+
+
+@pytest.mark.parametrize("attn_type", [1, 2, 3])
+def test_every_attention_type_exports(tmp_path, attn_type):
+    """The ablation's position schemes export too (attn_type 1 and 3: segments up to tgt_len)."""
+    model = tiny_model(seed=attn_type, attn_type=attn_type, tgt_len=5, mem_len=4)
+    result = export_model(model, tmp_path / "m.onnx")
+    assert result.max_segment == (5 if attn_type in (1, 3) else None)
+    runner = Runner(tmp_path / "m.onnx")
+    x = torch.randint(0, model.config.n_token, (2, 10), generator=torch.Generator().manual_seed(attn_type))
+    assert eager_and_graph(model, runner, x, 5) < TOL
+    assert eager_and_graph(model, runner, x, 1) < TOL
+
+
+def test_export_leaves_eager_results_and_the_model_unchanged(tmp_path):
+    model = build("word-3tails-div2")
+    x = torch.randint(0, 60, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(x, labels=x, return_log_probs=True)
+    model.set_attention("streamed", 2)
+    export_model(model, tmp_path / "m.pt2")
+    assert model.attn_backend == ("streamed", 2) and not model.training
+    with torch.no_grad():
+        after = model(x, labels=x, return_log_probs=True)
+    assert torch.equal(before.losses, after.losses) or (before.losses - after.losses).abs().max() < 1e-6
+
+
+# ---------------------------------------------------------------------------- the command
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run")
+    text = "the quick brown fox jumps over the lazy dog\n" * 50
+    (root / "train.txt").write_text(text, encoding="utf-8")
+    assert main(["train", "--dataset", "text", "--train-file", str(root / "train.txt"), "--level", "byte",
+                 "--cache-dir", str(root / "c"), "--run-dir", str(root / "run"), "--n-layer", "1", "--d-model",
+                 "16", "--n-head", "2", "--d-head", "8", "--d-inner", "32", "--tgt-len", "8", "--mem-len", "8",
+                 "--max-steps", "2", "--eval-interval", "2", "--eval.max-steps", "1", "--progress", "false",
+                 "--tensorboard", "false"]) == 0
+    return root / "run"
+
+
+def test_txl_export_writes_graph_description_and_vocabulary(run_dir, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["export", str(run_dir), str(tmp_path / "m.onnx")]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith(f"wrote {tmp_path / 'm.onnx'}") and out.out.count("\n") == 1 and not out.err
+    description = json.loads((tmp_path / "m.onnx.json").read_text())
+    assert description["vocabulary"] == "m.onnx.vocab.json" and (tmp_path / "m.onnx.vocab.json").is_file()
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["export", "{tmp}/nothing-here", "{tmp}/m.onnx"], "nothing-here"),
+    (["export", "{run}", "{tmp}/m.tflite"], "unknown export format"),
+    (["export", "{run}", "{tmp}/no-such-folder/m.onnx"], "does not exist"),
+    (["export", "{run}", "{tmp}/m.onnx", "--mem-len", "-3"], "--mem-len"),
+])
+def test_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, capsys, argv, expected):
+    argv = [a.format(tmp=tmp_path, run=run_dir) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and "Traceback" not in err
+    assert not any(p.suffix in (".onnx", ".tflite") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("where", ["under a file", "a read-only file system"])
+def test_an_unwritable_output_is_one_line(run_dir, tmp_path, capsys, where):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "m.pt2" if where == "under a file" else "/proc/txl-export-test.pt2"
+    assert main(["export", str(run_dir), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "txl-export-test" in err or "afile" in err
