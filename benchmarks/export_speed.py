@@ -1,0 +1,97 @@
+"""Milliseconds per token of the exported segment graph: the eager model, the torch.export program and
+onnxruntime, side by side in one process.
+
+Two workloads, each with the memory carried from call to call: scoring (segments of ``tgt_len`` tokens, batch 1)
+and single-token steps (T = 1: what greedy decoding with the graph does after the prompt). Rounds alternate the
+three runners so that a drift of the machine hits them alike; the table shows medians. The model is the README's
+base-like one (4 layers, d_model 256, 8 heads of 32, d_inner 1024, tgt_len = mem_len = 128, vocabulary 10k) with
+random weights, or ``--checkpoint`` (anything ``open_checkpoint`` opens).
+
+    python benchmarks/export_speed.py [--checkpoint runs/default] [--rounds 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import cpu_description  # noqa: E402
+
+from transformer_xl import TransformerXL, TransformerXLConfig, open_checkpoint  # noqa: E402
+from transformer_xl.export import export_model, fresh_memory  # noqa: E402
+
+
+def runners(model, folder: Path):
+    """``{name: fn(ids, mems, mask) -> (log_probs, mems, mask)}`` for eager, torch.export and onnxruntime."""
+    import onnxruntime as ort
+
+    export_model(model, folder / "m.pt2")
+    export_model(model, folder / "m.onnx")
+    program = torch.export.load(str(folder / "m.pt2")).module()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = ort.InferenceSession(str(folder / "m.onnx"), options)
+
+    def eager(ids, mems, mask):
+        out = model.transformer(ids, list(mems.unbind(0)), mask, fixed_memory=True)
+        log_probs = model.crit.log_probs(out[0].reshape(-1, out[0].size(-1)))
+        return log_probs, torch.stack(out[1]), out[2]
+
+    def onnx(ids, mems, mask):
+        out = session.run(None, {"input_ids": ids.numpy(), "mems": mems.numpy(), "mems_mask": mask.numpy()})
+        return [torch.from_numpy(np.asarray(x)) for x in out]
+
+    return {"eager": eager, "torch.export": program, "onnxruntime": onnx}
+
+
+@torch.no_grad()
+def ms_per_token(fn, model, data, seg: int, calls: int) -> float:
+    mems, mask = fresh_memory(model, 1)
+    times = []
+    for c in range(calls):
+        ids = data[:, c * seg:(c + 1) * seg]
+        start = time.perf_counter()
+        _, mems, mask = fn(ids, mems, mask)
+        times.append((time.perf_counter() - start) / seg)
+    return statistics.median(times[2:]) * 1000
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.checkpoint:
+        model = open_checkpoint(args.checkpoint, require_tokenizer=False).model
+    else:
+        model = TransformerXL(TransformerXLConfig(n_token=10000, n_layer=4, n_head=8, d_model=256, d_head=32,
+                                                  d_inner=1024, tgt_len=128, mem_len=128)).eval()
+    print(cpu_description())
+    data = torch.randint(0, model.config.n_token, (1, 128 * model.tgt_len))
+    with tempfile.TemporaryDirectory() as folder:
+        fns = runners(model, Path(folder))
+        results = {(name, w): [] for name in fns for w in ("segment", "token")}
+        for r in range(args.rounds):
+            for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+                results[(name, "segment")].append(ms_per_token(fns[name], model, data, model.tgt_len, 8))
+                results[(name, "token")].append(ms_per_token(fns[name], model, data, 1, 40))
+    print(f"| runner | scoring, segments of {model.tgt_len}: ms/token | single-token steps: ms/token |")
+    print("|---|---|---|")
+    for name in fns:
+        seg, tok = (statistics.median(results[(name, w)]) for w in ("segment", "token"))
+        print(f"| {name} | {seg:.3f} | {tok:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
