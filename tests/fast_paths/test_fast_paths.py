@@ -8,8 +8,13 @@ from transformer_xl.model.attention import layers as attention_layers
 from transformer_xl.model.attention.streamed import streamed_rel_attention
 
 
+# TensorFlow's same_length rule from an empty memory: the window follows the memory present (0, 7, then 9).
+VARIANTS = [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True),
+            dict(same_length=True, same_length_extra=1)]
+
+
 @pytest.mark.parametrize("block", [1, 3, 4, 64])
-@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True)])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch):
     """Keys in blocks with the hand-written backward: losses and every gradient, memory of 0, 7 and 9 > L."""
     calls = []
@@ -37,7 +42,7 @@ def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 64])
-@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True)])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_streamed_keys_equal_plain(block, variant):
     """Evaluation without gradients: keys in blocks with an online softmax, memory of 0, 7 and 9 > L."""
     model = tiny_model(seed=block, tgt_len=7, mem_len=9, **variant)
