@@ -24,8 +24,8 @@ from transformer_xl.model import TransformerXL, empty_mems
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf"
 MODELS = ["adaptive_div4", "div1_proj", "lm1b_like", "char"]
 # Made later, with mem_lens recorded: exactly one tail cluster; same_length from an empty memory (growing
-# 0, 3, 6, 7 with mem_len 7; 0, 3, 3 with segments of 5 and mem_len 3).
-NEWER_MODELS = ["one_tail", "same_length_empty", "same_length_short"]
+# 0, 3, 6, 7 with mem_len 7; 0, 3, 3 with segments of 5 and mem_len 3); d_model not divisible by n_head.
+NEWER_MODELS = ["one_tail", "same_length_empty", "same_length_short", "heads_3x8"]
 SHARD = "model.ckpt.data-00000-of-00001"
 
 
@@ -104,6 +104,7 @@ def test_newer_fixtures_cover_what_they_are_for():
     seen = [(m, flags[n]) for n in empty_start for m in mem_lens[n][:-1]]  # memory attended to per segment
     assert any(0 < m < f["mem_len"] for m, f in seen), "a segment with a memory shorter than mem_len"
     assert any(0 < m < f["tgt_len"] for m, f in seen), "a segment with a memory shorter than the segment"
+    assert any(f["d_model"] % f["n_head"] for f in flags.values())
 
 
 def test_optimizer_slots_and_counters_are_skipped():

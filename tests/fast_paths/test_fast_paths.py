@@ -8,9 +8,10 @@ from transformer_xl.model.attention import layers as attention_layers
 from transformer_xl.model.attention.streamed import streamed_rel_attention
 
 
-# TensorFlow's same_length rule from an empty memory: the window follows the memory present (0, 7, then 9).
+# TensorFlow's same_length rule from an empty memory: the window follows the memory present (0, 7, then 9);
+# 3 heads of 40 on states of 100 (d_model not divisible by n_head).
 VARIANTS = [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True),
-            dict(same_length=True, same_length_extra=1)]
+            dict(same_length=True, same_length_extra=1), dict(d_model=100, n_head=3, d_head=40)]
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 64])

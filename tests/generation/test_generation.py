@@ -22,6 +22,7 @@ VARIANTS = {
     # TensorFlow's same_length from an empty memory: the window follows the memory present, 0 then 3 states
     # (3 layers: a first segment seen wrongly reaches later segments through the memory of layer 2).
     "empty-memory-tf-same-length": dict(same_length=True, same_length_extra=1, clamp_len=5, n_layer=3),
+    "heads-3x40": dict(d_model=100, n_head=3, d_head=40),  # d_model not divisible by n_head
 }
 
 

@@ -115,8 +115,6 @@ class TransformerXLConfig:
                 f"d_head: attn_type=3 adds per-layer embeddings of n_head*d_head={self.n_head * self.d_head} "
                 f"to states of d_model={self.d_model}; they must be equal"
             )
-        if self.d_model % self.n_head != 0:
-            raise ConfigError(f"d_model: {self.d_model} is not divisible by n_head={self.n_head}")
         cuts = self.cutoffs
         if any(b <= a for a, b in zip(cuts, cuts[1:])) or any(c <= 0 or c >= self.n_token for c in cuts):
             raise ConfigError(
