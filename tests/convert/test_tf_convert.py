@@ -2,7 +2,8 @@
 
 The fixtures in tests/fixtures/tf were written by TensorFlow running the authors' own ``tf/model.py``
 (tests/fixtures/make_tf_checkpoints.py); ``expected.npz`` holds the per-token losses TensorFlow
-computed over 3 segments with memory carried. Nothing here imports TensorFlow.
+computed over 3 or more segments with memory carried (and, for the newer fixtures, ``mem_lens``: the
+memory length TensorFlow attended to in each segment). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -18,30 +19,40 @@ import torch
 from transformer_xl.convert.tf import convert_tf_checkpoint, load_tf_model, read_flags
 from transformer_xl.convert.tf_checkpoint import TFCheckpoint, crc32c, mask_crc, read_tf_checkpoint
 from transformer_xl.errors import CheckpointError, ConfigError
-from transformer_xl.model import TransformerXL
+from transformer_xl.model import TransformerXL, empty_mems
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf"
 MODELS = ["adaptive_div4", "div1_proj", "lm1b_like", "char"]
+# Made later, with mem_lens recorded: exactly one tail cluster; same_length from an empty memory (growing
+# 0, 3, 6, 7 with mem_len 7; 0, 3, 3 with segments of 5 and mem_len 3); d_model not divisible by n_head.
+NEWER_MODELS = ["one_tail", "same_length_empty", "same_length_short", "heads_3x8"]
 SHARD = "model.ckpt.data-00000-of-00001"
 
 
-def tf_losses(model: TransformerXL, flags: dict, tokens: np.ndarray) -> np.ndarray:
-    """Per-token losses ``[3, tgt_len, B]`` of the converted model over 3 segments, memory carried from a
-    fresh start, with the flags' run-time lengths, as the authors' train_gpu.py evaluates.
+def tf_losses(model: TransformerXL, flags: dict, expected) -> np.ndarray:
+    """Per-token losses ``[S, tgt_len, B]`` of the converted model over the fixture's S segments, memory
+    carried from the start TensorFlow had, with the flags' run-time lengths, as the authors' train_gpu.py
+    evaluates.
 
     The converted config keeps TensorFlow's conventions: memory starts as ``mem_len`` zero states
-    (``mem_init="zeros"``), and its same_length mask lets each query see mem_len + 1 keys
-    (``same_length_extra=1``), where the PyTorch code's sees mem_len.
+    (``mem_init="zeros"``, what train_gpu.py does; ``mems=None`` gives it), and its same_length mask lets
+    each query see the memory present + 1 keys (``same_length_extra=1``). Where the fixture started
+    TensorFlow from an empty memory (``mem_lens[0] == 0``), so does this; the memory lengths of every
+    segment must be TensorFlow's.
     """
     model.reset_length(flags["tgt_len"], 0, flags["mem_len"], flags["clamp_len"], flags["same_length"])
-    tgt = flags["tgt_len"]
-    ids = torch.from_numpy(tokens.T.astype(np.int64))  # [B, T]
-    mems, losses = None, []
+    tgt, n_seg = flags["tgt_len"], expected["losses"].shape[0]
+    ids = torch.from_numpy(expected["tokens"].T.astype(np.int64))  # [B, T]
+    mem_lens = expected["mem_lens"] if "mem_lens" in expected else None
+    mems = None if mem_lens is None or mem_lens[0] else empty_mems(model.config.n_layer, ids.size(0), flags["d_model"])
+    losses = []
     with torch.no_grad():
-        for s in range(3):
+        for s in range(n_seg):
             out = model(ids[:, s * tgt:(s + 1) * tgt], labels=ids[:, s * tgt + 1:(s + 1) * tgt + 1], mems=mems)
             mems = out.mems
             losses.append(out.losses.T.numpy())  # [L, B]
+            if mem_lens is not None:
+                assert mems[0].size(1) == mem_lens[s + 1], "memory length differs from TensorFlow's"
     return np.stack(losses)
 
 
@@ -52,7 +63,7 @@ def test_converted_model_reproduces_tensorflow_losses(name, tmp_path):
     expected = np.load(d / "expected.npz")
     convert_tf_checkpoint(d / "model.ckpt", d / "flags.json", tmp_path / "out")
     model = TransformerXL.from_pretrained(tmp_path / "out")
-    got = tf_losses(model, flags, expected["tokens"])
+    got = tf_losses(model, flags, expected)
     assert got.shape == expected["losses"].shape
     np.testing.assert_allclose(got, expected["losses"], rtol=0, atol=1e-4)
     assert model.config.layer_norm_epsilon == 1e-12
@@ -66,6 +77,34 @@ def test_fixtures_cover_the_variants():
     assert {f["untie_r"] for f in flags.values()} == {True, False}
     assert any(f["same_length"] and f["clamp_len"] > 0 for f in flags.values())
     assert any(not f["cutoffs"] for f in flags.values())
+
+
+@pytest.mark.parametrize("name", NEWER_MODELS)
+def test_txl_convert_reproduces_tensorflow_losses_of_newer_fixtures(name, tmp_path, capsys):
+    """Converted by ``txl convert --from tf``, run from the memory TensorFlow started from (empty for the
+    same_length ones, so that the window follows the memory present), memory carried over the segments."""
+    from transformer_xl.cli import main
+
+    d = FIXTURES / name
+    code = main(["convert", "--from", "tf", "--config", str(d / "flags.json"), str(d / "model.ckpt"),
+                 str(tmp_path / "out")])
+    assert code == 0, capsys.readouterr().err
+    flags = json.loads((d / "flags.json").read_text())
+    expected = np.load(d / "expected.npz")
+    got = tf_losses(TransformerXL.from_pretrained(tmp_path / "out"), flags, expected)
+    assert got.shape == expected["losses"].shape
+    np.testing.assert_allclose(got, expected["losses"], rtol=0, atol=1e-4)
+
+
+def test_newer_fixtures_cover_what_they_are_for():
+    flags = {n: json.loads((FIXTURES / n / "flags.json").read_text()) for n in NEWER_MODELS}
+    mem_lens = {n: np.load(FIXTURES / n / "expected.npz")["mem_lens"] for n in NEWER_MODELS}
+    assert any(len(f["cutoffs"]) == 1 for f in flags.values())
+    empty_start = [n for n in NEWER_MODELS if flags[n]["same_length"] and mem_lens[n][0] == 0]
+    seen = [(m, flags[n]) for n in empty_start for m in mem_lens[n][:-1]]  # memory attended to per segment
+    assert any(0 < m < f["mem_len"] for m, f in seen), "a segment with a memory shorter than mem_len"
+    assert any(0 < m < f["tgt_len"] for m, f in seen), "a segment with a memory shorter than the segment"
+    assert any(f["d_model"] % f["n_head"] for f in flags.values())
 
 
 def test_optimizer_slots_and_counters_are_skipped():
@@ -235,7 +274,7 @@ def test_txl_convert_from_tf(tmp_path, capsys):
                  str(tmp_path / "out")]) == 0
     flags = json.loads((d / "flags.json").read_text())
     expected = np.load(d / "expected.npz")
-    got = tf_losses(TransformerXL.from_pretrained(tmp_path / "out"), flags, expected["tokens"])
+    got = tf_losses(TransformerXL.from_pretrained(tmp_path / "out"), flags, expected)
     np.testing.assert_allclose(got, expected["losses"], rtol=0, atol=1e-4)
     code = main(["convert", "--from", "tf", "--config", str(d / "flags.json"), str(d / "missing"), str(tmp_path / "o2")])
     err = capsys.readouterr().err

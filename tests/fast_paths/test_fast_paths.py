@@ -8,8 +8,14 @@ from transformer_xl.model.attention import backends as attention_backends
 from transformer_xl.model.attention.streamed import streamed_rel_attention
 
 
+# TensorFlow's same_length rule from an empty memory: the window follows the memory present (0, 7, then 9);
+# 3 heads of 40 on states of 100 (d_model not divisible by n_head).
+VARIANTS = [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True),
+            dict(same_length=True, same_length_extra=1), dict(d_model=100, n_head=3, d_head=40)]
+
+
 @pytest.mark.parametrize("block", [1, 3, 4, 64])
-@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True)])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch):
     """Keys in blocks with the hand-written backward: losses and every gradient, memory of 0, 7 and 9 > L."""
     calls = []
@@ -37,7 +43,7 @@ def test_streamed_attention_equals_plain_in_training(block, variant, monkeypatch
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 64])
-@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, clamp_len=3), dict(pre_lnorm=True, untie_r=True)])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_streamed_keys_equal_plain(block, variant):
     """Evaluation without gradients: keys in blocks with an online softmax, memory of 0, 7 and 9 > L."""
     model = tiny_model(seed=block, tgt_len=7, mem_len=9, **variant)

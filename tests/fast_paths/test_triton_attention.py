@@ -270,7 +270,9 @@ def test_cpu_tensors_are_not_available():
 
 
 @needs_kernels
-@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, mem_len=6), dict(pre_lnorm=True, untie_r=True)])
+@pytest.mark.parametrize("variant", [dict(), dict(same_length=True, mem_len=6), dict(pre_lnorm=True, untie_r=True),
+                                     dict(same_length=True, mem_len=6, same_length_extra=1),
+                                     dict(d_model=100, n_head=3, d_head=40)])
 def test_model_with_fused_attention_equals_plain(variant):
     """``model.set_attention("triton")``: losses, gradients and memories of a training step equal the plain path."""
     import sys

@@ -19,6 +19,10 @@ VARIANTS = {
     # same_length window has one key more.
     "zero-memory": dict(mem_init="zeros", pre_lnorm=True),
     "zero-memory-tf-same-length": dict(mem_init="zeros", same_length=True, same_length_extra=1, clamp_len=5),
+    # TensorFlow's same_length from an empty memory: the window follows the memory present, 0 then 3 states
+    # (3 layers: a first segment seen wrongly reaches later segments through the memory of layer 2).
+    "empty-memory-tf-same-length": dict(same_length=True, same_length_extra=1, clamp_len=5, n_layer=3),
+    "heads-3x40": dict(d_model=100, n_head=3, d_head=40),  # d_model not divisible by n_head
 }
 
 
@@ -52,9 +56,10 @@ def test_generated_tokens_identical_to_segment_model(do_sample, variant):
 
 
 @pytest.mark.parametrize("decoding", ["segment", "sliding"])
-@pytest.mark.parametrize("mem_init", ["empty", "zeros"])
-def test_batched_prompts_of_different_lengths_equal_each_row_alone(mem_init, decoding):
-    model = tiny_model(seed=5, tgt_len=4, mem_len=5, mem_init=mem_init)
+@pytest.mark.parametrize("variant", [dict(mem_init="empty"), dict(mem_init="zeros"),
+                                     dict(same_length=True, same_length_extra=1)], ids=str)  # per-row memory
+def test_batched_prompts_of_different_lengths_equal_each_row_alone(variant, decoding):
+    model = tiny_model(seed=5, tgt_len=4, mem_len=5, **variant)
     prompts = [random_tokens(n, seed=n).tolist() for n in (1, 7, 3, 11)]
     sampling = SamplingConfig(max_new_tokens=15, do_sample=False)
     batched = generate(model, prompts, sampling, decoding=decoding)

@@ -16,7 +16,7 @@ def fast_scores(model, layer: int, h: torch.Tensor, mems):
     pos_emb = sinusoid_table(distances(mlen + qlen, model.clamp_len, h.device), model.config.d_model)  # [K+1, d]
     r_k = attn.position_keys(pos_emb)  # [H, K+1, D]
     score = rel_attn_score(q, k, r_k, model.r_w_bias, model.r_r_bias)  # [B, H, L, K]
-    window = model.same_length_window if model.same_length else 0
+    window = model.same_length_window(mlen)
     mask = segment_visibility(qlen, mlen, h.device, window).mask  # [L, K]
     return score.masked_fill(mask, float("-inf")), q, k
 

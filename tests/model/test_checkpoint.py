@@ -16,7 +16,10 @@ from transformer_xl.model import TransformerXL
 
 VARIANTS = [dict(attn_type=0), dict(attn_type=0, untie_r=True), dict(attn_type=1), dict(attn_type=2),
             dict(attn_type=3), dict(cutoffs=[15, 35], div_val=2, d_embed=32, tie_projs=[False, True, True]),
-            dict(cutoffs=[15, 35], d_embed=12, tie_projs=[False, True, True], tie_weight=False)]
+            dict(cutoffs=[15, 35], d_embed=12, tie_projs=[False, True, True], tie_weight=False),
+            # d_model not divisible by n_head (3 heads of 40 on states of 100), adaptive softmax; and attn_type 1
+            dict(d_model=100, n_head=3, d_head=40, cutoffs=[15, 35], div_val=2, tie_projs=[False, True, False]),
+            dict(attn_type=1, d_model=100, n_head=3, d_head=40)]
 
 
 def assert_same_weights(a: TransformerXL, b: TransformerXL):

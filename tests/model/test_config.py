@@ -8,7 +8,6 @@ from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXLConfig
 
 BAD = [
-    (dict(d_model=100, n_head=8), "d_model"),
     (dict(cutoffs=[100, 50], n_token=200), "cutoffs"),
     (dict(cutoffs=[50, 300], n_token=200), "cutoffs"),
     (dict(cutoffs=[0, 50], n_token=200), "cutoffs"),
@@ -25,6 +24,7 @@ BAD = [
     (dict(div_val=8, d_embed=16, cutoffs=[10, 20], n_token=100), "div_val"),
     (dict(tie_projs=[True, True, True], cutoffs=[10]), "tie_projs"),
     (dict(attn_type=3, d_head=16, n_head=8, d_model=256), "d_head"),
+    (dict(attn_type=3, d_model=100, n_head=3, d_head=40), "d_head"),
     (dict(tgt_len=2.5), "tgt_len"),
 ]
 
@@ -36,6 +36,13 @@ def test_out_of_range_value_names_the_field(values, field):
     assert isinstance(err.value, ConfigError)
     assert str(err.value).startswith(field + ":")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2])
+def test_any_number_of_heads_of_any_size(attn_type):
+    """As in the original code, n_head * d_head need not be d_model (only attn_type 3 adds the two)."""
+    cfg = TransformerXLConfig(d_model=100, n_head=3, d_head=40, attn_type=attn_type)
+    assert (cfg.d_model, cfg.n_head, cfg.d_head) == (100, 3, 40)
 
 
 def test_defaults_are_valid_and_round_trip_through_json(tmp_path):

@@ -51,6 +51,19 @@ def test_converted_model_equals_reference(case):
     assert_matches_reference(converted, state, args, random_tokens(2, 16, seed=len(case)), 5)
 
 
+# d_model not divisible by n_head: 3 heads of 40 (n_head * d_head = 120) on states of 100, adaptive softmax.
+HEADS_3X40 = dict(d_model=100, n_head=3, d_head=40, cutoffs=[15, 35], div_val=2, tie_projs=[False, True, False])
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2])  # attn_type 3 adds n_head*d_head-wide embeddings to the states
+def test_heads_not_dividing_d_model_equal_reference(attn_type):
+    model = tiny_model(seed=11 + attn_type, attn_type=attn_type, tgt_len=4, mem_len=6, **HEADS_3X40)
+    state, args = original_args(model)
+    assert (args["d_model"], args["n_head"], args["d_head"]) == (100, 3, 40)
+    converted = convert_state_dict(state, config_from_args(args, "original"), "original")
+    assert_matches_reference(converted, state, args, random_tokens(2, 13, seed=attn_type), 4)
+
+
 @pytest.mark.parametrize("attn_type", [0, 1])
 def test_longer_memory_than_segment_equals_reference(attn_type):
     model = tiny_model(seed=7, attn_type=attn_type, tgt_len=3, mem_len=7)

@@ -37,7 +37,7 @@ def test_overrides_by_name_and_section():
     (["--lr"], "--lr"),
     (["--batch-size", "two"], "batch_size"),
     (["--optim", "sgd"], "optim"),
-    (["--d-model", "100", "--n-head", "8"], "d_model"),
+    (["--d-model", "0"], "d_model"),
     (["--batch-size", "10", "--batch-chunk", "3"], "batch_chunk"),
     (["--max-time", "soon"], "max_time"),
     (["--warmup-steps", "-1"], "warmup_steps"),

@@ -113,7 +113,7 @@ def test_existing_run_is_not_overwritten_without_resume(tmp_path, capsys):
     (["--dataset", "wikitext-9"], "unknown corpus"),
     (["--dataset", "text", "--train-file", "/nonexistent/file.txt"], "/nonexistent/file.txt"),
     (["--lr", "-1"], "lr"),
-    (["--n-head", "3"], "d_model"),
+    (["--attn-type", "3", "--n-head", "3"], "d_head"),  # attn_type 3 needs n_head * d_head == d_model
     (["--bogus-option", "1"], "--bogus-option"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):

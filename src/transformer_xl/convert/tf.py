@@ -311,8 +311,10 @@ def _map_adaptive(tf_vars, f: Dict, put) -> None:
         put("crit.out_layers.0.bias", tf_vars["adaptive_softmax/bias"])
         return
     # The TF head reads tail cluster i from cluster row i-1, ours from row n_clusters-i: reverse the rows.
-    put("crit.cluster_weight", np.ascontiguousarray(tf_vars["adaptive_softmax/cutoff_0/cluster_W"][::-1]))
-    put("crit.cluster_bias", np.ascontiguousarray(tf_vars["adaptive_softmax/cutoff_0/cluster_b"][::-1]))
+    # A real copy: np.ascontiguousarray leaves a one-row reversed view (negative stride) as it is.
+    cluster_w = tf_vars["adaptive_softmax/cutoff_0/cluster_W"]  # [n_clusters, d_embed]
+    put("crit.cluster_weight", np.flip(cluster_w, 0).copy())
+    put("crit.cluster_bias", np.flip(tf_vars["adaptive_softmax/cutoff_0/cluster_b"], 0).copy())  # [n_clusters]
     biases = [tf_vars[f"adaptive_softmax/cutoff_{i}/b"] for i in range(n_clusters + 1)]
     if div_val == 1:
         put("crit.out_layers.0.bias", np.concatenate([np.asarray(b) for b in biases]))

@@ -7,7 +7,9 @@ distance, so a step costs O(d^2) for the new token's projections and O((M + t) *
 
 Which keys a token may see follows the plain segment-by-segment model exactly: token ``i`` of a row
 sees the tokens of its own segment up to itself plus the ``mem_len`` tokens before the segment (its
-memory), and with ``same_length`` only keys at distance < ``mem_len`` (+1 for TensorFlow models). Segments are either
+memory), and with ``same_length`` only keys within the model's ``same_length_window`` for the memory the
+segment has (``mem_len``; for TensorFlow models the memory present + 1, which grows from an empty start).
+Segments are either
 
 * ``segment`` decoding: consecutive runs of ``tgt_len`` tokens, as in training and evaluation; or
 * ``sliding`` decoding: the prompt is one segment, and every token after it (see :meth:`end_prompt`)
@@ -93,6 +95,7 @@ class DecodingCache:
         self.device, self.dtype = p.device, p.dtype
         n_head, d_head = cfg.n_head, cfg.d_head
         like = p.new_zeros(batch_size, n_head, 0, d_head)
+        self.oldest = -self.mem_len if cfg.mem_init == "zeros" else 0  # token index of a row's first state
         self.keys: List[KVBuffer] = [KVBuffer(like) for _ in model.layers]
         self.values: List[KVBuffer] = [KVBuffer(like) for _ in model.layers]
         self.index = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)  # [B, T]
@@ -148,8 +151,9 @@ class DecodingCache:
         The rule of :mod:`transformer_xl.model.attention.visibility`, with each query's segment memory as the
         oldest key it sees, and padding as hidden keys (a padding query sees itself only: a finite, ignored output).
         """
-        first = (self._segment_start(q_index) - self.mem_len)[:, :, None]  # [B, n, 1]
-        window = self.model.same_length_window if self.model.same_length else 0
+        start = self._segment_start(q_index)[:, :, None]  # [B, n, 1]
+        first = start - self.mem_len  # [B, n, 1]
+        window = self.model.same_length_window(start - first.clamp(min=self.oldest))  # memory present: [B, n, 1]
         mask = forbidden(q_index[:, :, None], k_index[:, None, :], window, first)  # [B, n, T]
         n, klen = q_index.size(1), k_index.size(1)
         own = torch.arange(klen, device=q_index.device)[None, :] == torch.arange(klen - n, klen, device=q_index.device)[:, None]
@@ -159,8 +163,8 @@ class DecodingCache:
         """Drop leading keys that no future query of any row can see."""
         next_start = self._segment_start(self.count[:, None])[:, 0] - self.mem_len  # [B]
         needed = (self.index != PAD) & (self.index >= next_start[:, None])  # [B, T]
-        if self.model.same_length:
-            needed &= self.index > (self.count[:, None] - self.model.same_length_window)
+        if self.model.same_length:  # the widest window: a segment's memory holds at most mem_len states
+            needed &= self.index > (self.count[:, None] - self.model.same_length_window(self.mem_len))
         keep_from = int(needed.any(0).nonzero()[0]) if needed.any() else self.index.size(1)
         if keep_from > 0:
             self.index = self.index[:, keep_from:]

@@ -43,9 +43,14 @@ class TransformerXLConfig:
     ``"zeros"`` (the authors' TensorFlow code and HuggingFace: ``mem_len`` all-zero states in every layer,
     whose keys still carry position terms). Converted TensorFlow and HuggingFace models use ``"zeros"``.
 
-    ``same_length_extra``: with ``same_length`` every query sees ``mem_len + same_length_extra`` keys: 0 as in
-    the original PyTorch code and HuggingFace, 1 in the authors' TensorFlow code (its mask lets query ``i``
-    see keys ``i .. M+i``); converted TensorFlow models use 1.
+    ``same_length_extra`` chooses the ``same_length`` rule. 0, the original PyTorch code and HuggingFace:
+    a query sees the keys at distances below the configured ``mem_len`` (itself included), whatever memory
+    is present. 1, the authors' TensorFlow code (converted TensorFlow models): its mask lets query ``i`` see
+    keys ``i .. M+i``, where ``M`` is the length of the memory actually present, not ``mem_len``: ``M + 1``
+    keys, which is ``mem_len + 1`` once the memory is full, but fewer while a run that started from an empty
+    memory fills it (a query of the first segment sees only itself). Memory hidden by ``mems_mask`` counts
+    as present (with ``mem_init="zeros"``, as converted models have it, :func:`reset_mems` hides nothing).
+    See :meth:`TransformerXL.same_length_window`.
     """
 
     n_token: int = 256
@@ -111,8 +116,6 @@ class TransformerXLConfig:
                 f"d_head: attn_type=3 adds per-layer embeddings of n_head*d_head={self.n_head * self.d_head} "
                 f"to states of d_model={self.d_model}; they must be equal"
             )
-        if self.d_model % self.n_head != 0:
-            raise ConfigError(f"d_model: {self.d_model} is not divisible by n_head={self.n_head}")
         cuts = self.cutoffs
         if any(b <= a for a, b in zip(cuts, cuts[1:])) or any(c <= 0 or c >= self.n_token for c in cuts):
             raise ConfigError(

@@ -223,10 +223,19 @@ class TransformerXL(PretrainedMixin, nn.Module):
         return empty_mems(self.config.n_layer, batch_size, self.config.d_model, dtype=p.dtype, device=p.device)
 
     # ------------------------------------------------------------------ masks and positions
-    @property
-    def same_length_window(self) -> int:
-        """With ``same_length``, how many keys every query sees (``mem_len``, or one more for TensorFlow models)."""
-        return self.mem_len + self.config.same_length_extra
+    def same_length_window(self, mlen):
+        """How many positions back a query after ``mlen`` memory states sees, itself included (0: all, no
+        ``same_length``). The one place the ``same_length`` rule is decided, for every back-end and the cache.
+
+        ``same_length_extra == 0`` (the PyTorch code, HuggingFace): ``mem_len``, whatever memory is present.
+        ``same_length_extra == 1`` (the authors' TensorFlow code, whose ``_create_mask`` takes the length of
+        the memory fed, not ``mem_len``): query ``i`` sees keys ``i .. mlen+i``, i.e. ``mlen + 1`` positions,
+        so from an empty memory a query sees only itself. ``mlen``: an int, or a tensor of one memory length
+        per query (the decoding cache).
+        """
+        if not self.same_length:
+            return 0
+        return mlen + 1 if self.config.same_length_extra else self.mem_len
 
     # ------------------------------------------------------------------ the layer stack
     def cached_transformer(self, input_ids: Tensor, cache, padding_mask: Optional[Tensor] = None) -> Tensor:
@@ -263,7 +272,7 @@ class TransformerXL(PretrainedMixin, nn.Module):
         mlen = 0 if mems is None else mems[0].size(1)
         device = input_ids.device
         key_hidden = _key_hidden(mems_mask, padding_mask, bsz, mlen, qlen, device)
-        vis = segment_visibility(qlen, mlen, device, self.same_length_window if self.same_length else 0, key_hidden)
+        vis = segment_visibility(qlen, mlen, device, self.same_length_window(mlen), key_hidden)
 
         hids: List[Tensor] = []
         core, state = self.positions.start(self, self.word_emb(input_ids), mlen, qlen)  # [B, L, d]

@@ -5,7 +5,8 @@ Queries and keys are named by their token position in the row (memory first, so 
 position ``q`` may not see a key at position ``k`` when
 
 * ``k > q``: the future;
-* ``q - k >= window`` with ``window > 0`` (``same_length``): every query sees the same number of keys;
+* ``q - k >= window`` with ``window > 0`` (``same_length``): every query sees the same number of keys
+  (the window is the model's :meth:`~transformer_xl.model.TransformerXL.same_length_window`);
 * ``k < first`` (decoding): keys older than the query's segment memory;
 * the key is hidden (padding, or memory forgotten at a document boundary), unless it is the query itself:
   every query keeps one key, so a padded query's output stays finite (and is ignored).
@@ -18,19 +19,20 @@ Triton kernel evaluates the same rule in-kernel from :attr:`Visibility.window` a
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
 
-def forbidden(q_pos: Tensor, k_pos: Tensor, window: int = 0, first: Optional[Tensor] = None) -> Tensor:
+def forbidden(q_pos: Tensor, k_pos: Tensor, window: Union[int, Tensor] = 0, first: Optional[Tensor] = None) -> Tensor:
     """True where a query may not see a key: the future, beyond ``window`` keys back, before ``first``.
 
     ``q_pos [..., n, 1]`` and ``k_pos [..., 1, T]`` (or anything that broadcasts so), ``first`` like ``q_pos``.
+    ``window``: an int (0 = none), or a tensor like ``q_pos`` of one window per query, always applied.
     """
     mask = k_pos > q_pos
-    if window > 0:
+    if isinstance(window, Tensor) or window > 0:
         mask = mask | (q_pos - k_pos >= window)
     if first is not None:
         mask = mask | (k_pos < first)
