@@ -1,8 +1,10 @@
 """Milliseconds per token of the exported segment graph: the eager model, the torch.export program and
 onnxruntime, side by side in one process.
 
-Two workloads, each with the memory carried from call to call: scoring (segments of ``tgt_len`` tokens, batch 1)
-and single-token steps (T = 1: what greedy decoding with the graph does after the prompt). Rounds alternate the
+Three workloads, each with the state carried from call to call: scoring (segments of ``tgt_len`` tokens, batch 1)
+and single-token steps (T = 1) through the segment graph, whose memory is re-projected at every call; and
+single-token steps through the cached decoding graph (``--graph decode``: projected keys and values as state;
+eager: ``DecodingCache``). Rounds alternate the
 three runners so that a drift of the machine hits them alike; the table shows medians. The model is the README's
 base-like one (4 layers, d_model 256, 8 heads of 32, d_inner 1024, tgt_len = mem_len = 128, vocabulary 10k) with
 random weights, or ``--checkpoint`` (anything ``open_checkpoint`` opens).
@@ -26,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import cpu_description  # noqa: E402
 
 from transformer_xl import TransformerXL, TransformerXLConfig, open_checkpoint  # noqa: E402
-from transformer_xl.export import export_model, fresh_memory  # noqa: E402
+from transformer_xl.export import export_model, fresh_memory, fresh_state  # noqa: E402
+from transformer_xl.generation import DecodingCache  # noqa: E402
 
 
 def runners(model, folder: Path):
@@ -50,6 +53,49 @@ def runners(model, folder: Path):
         return [torch.from_numpy(np.asarray(x)) for x in out]
 
     return {"eager": eager, "torch.export": program, "onnxruntime": onnx}
+
+
+def decode_runners(model, folder: Path):
+    """``{name: step(ids [1, 1], state) -> state}`` of cached decoding: eager, torch.export, onnxruntime."""
+    import onnxruntime as ort
+
+    slots = model.mem_len + model.tgt_len
+    export_model(model, folder / "d.pt2", graph="decode")
+    export_model(model, folder / "d.onnx", graph="decode")
+    program = torch.export.load(str(folder / "d.pt2")).module()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = ort.InferenceSession(str(folder / "d.onnx"), options)
+
+    def graph_step(run):
+        def step(ids, state):
+            keys, values, hidden, t = state if state else (*fresh_state(model, 1, slots), 0)
+            pos, start = torch.tensor([t]), torch.tensor([t // model.tgt_len * model.tgt_len])
+            out = run(ids, keys, values, hidden, pos, start)
+            return (*out[1:], t + 1)
+        return step
+
+    def onnx(ids, keys, values, hidden, pos, start):
+        feeds = {"input_ids": ids.numpy(), "keys": keys.numpy(), "values": values.numpy(),
+                 "hidden": hidden.numpy(), "position": pos.numpy(), "segment_start": start.numpy()}
+        return [torch.from_numpy(np.asarray(x)) for x in session.run(None, feeds)]
+
+    def eager(ids, cache):
+        cache = cache or DecodingCache(model, 1)
+        model.crit.log_probs(cache.extend(ids)[:, -1])
+        return cache
+
+    return {"eager": eager, "torch.export": graph_step(program), "onnxruntime": graph_step(onnx)}
+
+
+@torch.no_grad()
+def decode_ms(step, data, calls: int) -> float:
+    state, times = None, []
+    for c in range(calls):
+        start = time.perf_counter()
+        state = step(data[:, c:c + 1], state)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[4:]) * 1000  # after 4 warm-up steps
 
 
 @torch.no_grad()
@@ -80,17 +126,19 @@ def main() -> None:
     print(cpu_description())
     data = torch.randint(0, model.config.n_token, (1, 128 * model.tgt_len))
     with tempfile.TemporaryDirectory() as folder:
-        fns = runners(model, Path(folder))
-        results = {(name, w): [] for name in fns for w in ("segment", "token")}
+        fns, steps = runners(model, Path(folder)), decode_runners(model, Path(folder))
+        results = {(name, w): [] for name in fns for w in ("segment", "token", "decode")}
         for r in range(args.rounds):
             for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
                 results[(name, "segment")].append(ms_per_token(fns[name], model, data, model.tgt_len, 8))
                 results[(name, "token")].append(ms_per_token(fns[name], model, data, 1, 40))
-    print(f"| runner | scoring, segments of {model.tgt_len}: ms/token | single-token steps: ms/token |")
-    print("|---|---|---|")
+                results[(name, "decode")].append(decode_ms(steps[name], data, 2 * model.tgt_len))
+    print(f"| runner | scoring, segments of {model.tgt_len} | single-token steps, segment graph | "
+          f"single-token steps, decoding graph |")
+    print("|---|---|---|---|")
     for name in fns:
-        seg, tok = (statistics.median(results[(name, w)]) for w in ("segment", "token"))
-        print(f"| {name} | {seg:.3f} | {tok:.2f} |")
+        seg, tok, dec = (statistics.median(results[(name, w)]) for w in ("segment", "token", "decode"))
+        print(f"| {name} | {seg:.3f} ms/token | {tok:.2f} ms/token | {dec:.2f} ms/token |")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from helpers import randomize_, tiny_model
 from transformer_xl import generate
 from transformer_xl.cli import main
 from transformer_xl.export import export_model, fresh_memory
+from transformer_xl.generation import DecodingCache
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -207,3 +208,76 @@ def test_an_unwritable_output_is_one_line(run_dir, tmp_path, capsys, where):
     assert main(["export", str(run_dir), str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "txl-export-test" in err or "afile" in err
+
+
+# ---------------------------------------------------------------------------- the cached decoding graph
+class DecodeRunner(Runner):
+    def __call__(self, ids, keys, values, hidden, position, segment_start):
+        if self.onnx:
+            feeds = {"input_ids": ids.numpy(), "keys": keys.numpy(), "values": values.numpy(),
+                     "hidden": hidden.numpy(), "position": position.numpy(), "segment_start": segment_start.numpy()}
+            return [torch.from_numpy(np.asarray(x)) for x in self.run.run(None, feeds)]
+        with torch.no_grad():
+            return list(self.run(ids, keys, values, hidden, position, segment_start))
+
+
+def fresh_from_description(d: dict, batch: int):
+    """The decoding graph's fresh state, built from OUT.json alone (as a user of the graph would)."""
+    slots, n_head, d_head = d["slots"], d["inputs"]["keys"]["shape"][2], d["inputs"]["keys"]["shape"][4]
+    keys = torch.zeros(d["n_layer"], batch, n_head, slots, d_head)
+    values, hidden = torch.zeros_like(keys), torch.ones(batch, slots, dtype=torch.bool)
+    z = d["fresh_start"]["zero_state_slots"]
+    if z:
+        keys[:, :, :, slots - z:] = torch.tensor(d["fresh_start"]["zero_state_keys"])[:, None, :, None]
+        values[:, :, :, slots - z:] = torch.tensor(d["fresh_start"]["zero_state_values"])[:, None, :, None]
+        hidden[:, slots - z:] = False
+    return keys, values, hidden
+
+
+def segment_starts(t: int, prompt_len: int, tgt_len: int, decoding: str) -> int:
+    if decoding == "sliding":
+        return 0 if t < prompt_len else t
+    return t // tgt_len * tgt_len
+
+
+@pytest.fixture(scope="module", params=[(m, f) for m in MODELS for f in FORMATS], ids=lambda p: f"{p[0]}{p[1]}")
+def exported_decode(request, tmp_path_factory):
+    name, fmt = request.param
+    model = build(name)
+    path = tmp_path_factory.mktemp("decode") / f"{name}{fmt}"
+    result = export_model(model, path, graph="decode", slots=model.mem_len + 12)  # sliding prompts up to 12
+    return model, DecodeRunner(path), json.loads(result.description.read_text())
+
+
+def test_decoding_graph_steps_give_generates_log_probs_and_tokens(exported_decode):
+    """Greedy decoding with the graph alone (prompts of 3 and 11 tokens, batch of 2 rows fed together) gives
+    generate's tokens, and each step's log-probabilities are the eager cached decoding's within 1e-4."""
+    model, runner, d = exported_decode
+    decoding, L = d["decoding"], d["tgt_len"]
+    for prompt_len in (3, 11):
+        prompts = torch.randint(0, model.config.n_token, (2, prompt_len), generator=torch.Generator().manual_seed(5))
+        expected = generate(model, prompts.tolist(), max_new_tokens=12, do_sample=False)
+        keys, values, hidden = fresh_from_description(d, 2)
+        fed, out = prompts, [[], []]
+        cache = DecodingCache(model, 2, decoding=decoding)
+        for t in range(prompt_len + 12 - 1):
+            if decoding == "sliding" and t == prompt_len:
+                cache.end_prompt()
+            pos = torch.full((2,), t)
+            start = torch.full((2,), segment_starts(t, prompt_len, L, decoding))
+            log_probs, keys, values, hidden = runner(fed[:, t:t + 1], keys, values, hidden, pos, start)
+            with torch.no_grad():
+                eager = model.crit.log_probs(cache.extend(fed[:, t:t + 1])[:, -1])
+            assert (log_probs - eager).abs().max() < TOL
+            if t >= prompt_len - 1:
+                nxt = log_probs.argmax(-1)
+                for b in range(2):
+                    out[b].append(int(nxt[b]))
+                fed = torch.cat([fed, nxt[:, None]], dim=1)
+        assert out == [row[:len(out[0])] for row in expected] and len(out[0]) == 12
+
+
+def test_decoding_graph_is_refused_for_other_attention_types(tmp_path, capsys):
+    with pytest.raises(Exception) as err:
+        export_model(tiny_model(attn_type=2, tgt_len=4, mem_len=4), tmp_path / "m.onnx", graph="decode")
+    assert "attn_type 0" in str(err.value) and "\n" not in str(err.value)

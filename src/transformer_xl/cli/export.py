@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..export import export_model, graph_format
@@ -20,10 +21,15 @@ def add_export(sub) -> None:
                                    "fresh start; OUT.vocab.json is the checkpoint's vocabulary.")
     add_checkpoint_args(p)
     p.add_argument("out", metavar="OUT", help="the file to write: NAME.onnx or NAME.pt2")
+    p.add_argument("--graph", choices=["segment", "decode"], default="segment",
+                   help="segment (default): a segment of any length with the memory states as input and output; "
+                        "decode: one token per row with the projected keys and values as state (cached decoding, "
+                        "attn_type 0)")
+    p.add_argument("--slots", type=int, help="--graph decode: positions of state (default mem_len + tgt_len)")
     p.add_argument("--mem-len", type=int, help="memory slots of the graph (default: the checkpoint's mem_len)")
     p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the checkpoint's)")
     p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
-    p.set_defaults(func=run_export, **checks(at_least("--mem-len", 0), at_least("--clamp-len", -1)))
+    p.set_defaults(func=run_export, **checks(at_least("--mem-len", 0), at_least("--clamp-len", -1), at_least("--slots", 1)))
 
 
 def run_export(args) -> int:
@@ -31,9 +37,12 @@ def run_export(args) -> int:
     graph_format(out)  # the suffix, before anything is loaded
     ckpt = open_checkpoint(args.checkpoint, args.revision, require_tokenizer=False, mem_len=args.mem_len,
                            clamp_len=args.clamp_len, same_length=args.same_length)
-    result = export_model(ckpt.model, out, vocab=None if ckpt.tokenizer is None else ckpt.tokenizer.vocab)
+    result = export_model(ckpt.model, out, vocab=None if ckpt.tokenizer is None else ckpt.tokenizer.vocab,
+                          graph=args.graph, slots=args.slots)
     cfg = ckpt.model.config
     segment = f"T 1..{result.max_segment}" if result.max_segment else "T >= 1"
+    if args.graph == "decode":
+        segment = f"one token per row, {json.loads(result.description.read_text())['slots']} slots of keys and values"
     extra = f", vocabulary {result.vocabulary}" if result.vocabulary else ""
     print(f"wrote {result.graph} (batch dynamic, {segment}, mem_len {ckpt.model.mem_len}, {cfg.n_layer} layers, "
           f"vocabulary of {cfg.n_token:,}); description {result.description}{extra}")

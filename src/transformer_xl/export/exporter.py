@@ -26,14 +26,17 @@ from torch.export import Dim
 from ..errors import ConfigError
 from ..files import atomic_write, atomic_write_text
 from ..model import TransformerXL
+from .decode import DecodeGraph, fresh_state
 from .graph import SegmentGraph, fresh_memory
 
 log = logging.getLogger(__name__)
 
 FORMATS = (".onnx", ".pt2")
 EXPORT_EXTRA_HINT = 'ONNX export needs onnx and onnxscript: pip install "transformer-xl[export]"'
-INPUTS = ("input_ids", "mems", "mems_mask")
-OUTPUTS = ("log_probs", "new_mems", "new_mems_mask")
+GRAPHS = ("segment", "decode")
+NAMES = {"segment": (("input_ids", "mems", "mems_mask"), ("log_probs", "new_mems", "new_mems_mask")),
+         "decode": (("input_ids", "keys", "values", "hidden", "position", "segment_start"),
+                    ("log_probs", "new_keys", "new_values", "new_hidden"))}
 
 
 @dataclass
@@ -70,43 +73,50 @@ def _prepared(model: TransformerXL) -> TransformerXL:
     return model
 
 
-def _example(model: TransformerXL):
-    """Example inputs for tracing: batch 2, a segment of min(tgt_len, 2..) tokens, a fresh memory."""
+def _graph(model: TransformerXL, kind: str, slots: Optional[int]):
+    """The module to export, example inputs for tracing (batch 2) and the dynamic dimensions."""
+    model = _prepared(model)
+    batch = Dim("batch", min=1)
+    if kind == "decode":
+        graph = DecodeGraph(model, slots or model.mem_len + model.tgt_len)
+        keys, values, hidden = fresh_state(model, 2, graph.slots)
+        position = torch.zeros(2, dtype=torch.long)
+        example = (torch.zeros(2, 1, dtype=torch.long), keys, values, hidden, position, position.clone())  # two tensors
+        dims = {"input_ids": {0: batch}, "keys": {1: batch}, "values": {1: batch}, "hidden": {0: batch},
+                "position": {0: batch}, "segment_start": {0: batch}}
+        return graph, example, dims
     seq = max(2, min(model.tgt_len, max_segment(model) or model.tgt_len))
     mems, mask = fresh_memory(model, 2)
-    return torch.zeros(2, seq, dtype=torch.long), mems, mask
+    example = (torch.zeros(2, seq, dtype=torch.long), mems, mask)
+    seq_dim = Dim("seq", min=1, max=max_segment(model)) if max_segment(model) else Dim("seq", min=1)
+    dims = {"input_ids": {0: batch, 1: seq_dim}, "mems": {1: batch}, "mems_mask": {0: batch}}
+    return SegmentGraph(model), example, dims
 
 
-def _dynamic_shapes(model: TransformerXL):
-    batch = Dim("batch", min=1)
-    seq = Dim("seq", min=1, max=max_segment(model)) if max_segment(model) else Dim("seq", min=1)
-    return {"input_ids": {0: batch, 1: seq}, "mems": {1: batch}, "mems_mask": {0: batch}}
-
-
-def export_program(model: TransformerXL) -> torch.export.ExportedProgram:
-    """The ``torch.export`` program of the segment graph, with dynamic batch and segment length."""
-    graph = SegmentGraph(_prepared(model))
+def export_program(model: TransformerXL, kind: str = "segment", slots: Optional[int] = None):
+    """The ``torch.export`` program of the segment or decoding graph, with dynamic batch (and segment length)."""
+    graph, example, dims = _graph(model, kind, slots)
     with torch.no_grad():
-        return torch.export.export(graph, _example(graph.model), dynamic_shapes=_dynamic_shapes(graph.model))
+        return torch.export.export(graph, example, dynamic_shapes=dims)
 
 
-def _write_onnx(model: TransformerXL, path: Path) -> None:
+def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int]) -> None:
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError:
         raise ConfigError(EXPORT_EXTRA_HINT) from None
-    graph = SegmentGraph(_prepared(model))
+    graph, example, dims = _graph(model, kind, slots)
+    inputs, outputs = NAMES[kind]
     with warnings.catch_warnings(), _quiet(), torch.no_grad():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(graph, _example(graph.model), dynamo=True, input_names=list(INPUTS),
-                                    output_names=list(OUTPUTS), dynamic_shapes=_dynamic_shapes(graph.model),
-                                    verbose=False)
+        program = torch.onnx.export(graph, example, dynamo=True, input_names=list(inputs),
+                                    output_names=list(outputs), dynamic_shapes=dims, verbose=False)
         atomic_write(path, lambda tmp: program.save(str(tmp)), suffix=".onnx")
 
 
-def _write_pt2(model: TransformerXL, path: Path) -> None:
-    program = export_program(model)
+def _write_pt2(model: TransformerXL, path: Path, kind: str, slots: Optional[int]) -> None:
+    program = export_program(model, kind, slots)
     atomic_write(path, lambda tmp: torch.export.save(program, str(tmp)), suffix=".pt2")
 
 
@@ -122,44 +132,88 @@ def _quiet():
         logging.disable(logging.NOTSET)
 
 
-def describe(model: TransformerXL, graph_path: Path, vocabulary: Optional[Path]) -> dict:
+def describe(model: TransformerXL, graph_path: Path, vocabulary: Optional[Path], kind: str = "segment",
+             slots: Optional[int] = None) -> dict:
     """The contents of ``OUT.json``."""
     cfg = model.config
     n, m, d = cfg.n_layer, model.mem_len, cfg.d_model
+    common = {"format": "transformer-xl-export", "version": 1, "graph": graph_path.name, "kind": kind,
+              "n_layer": n, "mem_len": m, "d_model": d, "n_token": cfg.n_token, "tgt_len": model.tgt_len,
+              "decoding": cfg.decoding, "mem_init": cfg.mem_init,
+              "vocabulary": None if vocabulary is None else vocabulary.name}
+    if kind == "decode":
+        return {**common, **_describe_decode(model, slots)}
+    return {**common, "max_segment": max_segment(model),
+            "inputs": {"input_ids": {"shape": ["B", "T"], "dtype": "int64"},
+                       "mems": {"shape": [n, "B", m, d], "dtype": "float32"},
+                       "mems_mask": {"shape": ["B", m], "dtype": "bool", "true_means": "hidden slot"}},
+            "outputs": {"log_probs": {"shape": ["B", "T", cfg.n_token], "dtype": "float32"},
+                        "new_mems": {"shape": [n, "B", m, d], "dtype": "float32"},
+                        "new_mems_mask": {"shape": ["B", m], "dtype": "bool"}},
+            "fresh_start": {"mems": 0.0, "mems_mask": cfg.mem_init != "zeros",
+                            "why": "mem_init 'zeros': mem_len zero states, visible" if cfg.mem_init == "zeros"
+                            else "mem_init 'empty': no memory, so every slot hidden"}}
+
+
+def _describe_decode(model: TransformerXL, slots: int) -> dict:
+    """The decoding graph's state, its fresh start (per-layer projections of a zero state for ``mem_init``
+    zeros, written into the last ``mem_len`` slots) and how the caller says where segments start."""
+    cfg = model.config
+    keys, values, _ = fresh_state(model, 1, slots)
+    zero = cfg.mem_init == "zeros" and model.mem_len > 0
+    state = ["n_layer", "B", cfg.n_head, slots, cfg.d_head]
     return {
-        "format": "transformer-xl-export", "version": 1, "graph": graph_path.name, "kind": "segment",
-        "inputs": {"input_ids": {"shape": ["B", "T"], "dtype": "int64"},
-                   "mems": {"shape": [n, "B", m, d], "dtype": "float32"},
-                   "mems_mask": {"shape": ["B", m], "dtype": "bool", "true_means": "hidden slot"}},
-        "outputs": {"log_probs": {"shape": ["B", "T", cfg.n_token], "dtype": "float32"},
-                    "new_mems": {"shape": [n, "B", m, d], "dtype": "float32"},
-                    "new_mems_mask": {"shape": ["B", m], "dtype": "bool"}},
-        "fresh_start": {"mems": 0.0, "mems_mask": cfg.mem_init != "zeros",
-                        "why": "mem_init 'zeros': mem_len zero states, visible" if cfg.mem_init == "zeros"
-                        else "mem_init 'empty': no memory, so every slot hidden"},
-        "n_layer": n, "mem_len": m, "d_model": d, "n_token": cfg.n_token, "tgt_len": model.tgt_len,
-        "max_segment": max_segment(model), "decoding": cfg.decoding, "mem_init": cfg.mem_init,
-        "vocabulary": None if vocabulary is None else vocabulary.name,
+        "slots": slots,
+        "inputs": {"input_ids": {"shape": ["B", 1], "dtype": "int64"},
+                   "keys": {"shape": state, "dtype": "float32"}, "values": {"shape": state, "dtype": "float32"},
+                   "hidden": {"shape": ["B", slots], "dtype": "bool", "true_means": "empty slot"},
+                   "position": {"shape": ["B"], "dtype": "int64", "means": "the token's index in its row"},
+                   "segment_start": {"shape": ["B"], "dtype": "int64",
+                                     "means": "segment decoding: position // tgt_len * tgt_len; sliding: 0 in the "
+                                              "prompt, then position"}},
+        "outputs": {"log_probs": {"shape": ["B", cfg.n_token], "dtype": "float32"},
+                    "new_keys": {"shape": state, "dtype": "float32"},
+                    "new_values": {"shape": state, "dtype": "float32"},
+                    "new_hidden": {"shape": ["B", slots], "dtype": "bool"}},
+        "fresh_start": {"keys": 0.0, "values": 0.0, "hidden": True,
+                        "zero_state_slots": model.mem_len if zero else 0,
+                        "zero_state_keys": keys[:, 0, :, -1].tolist() if zero else None,  # [n_layer, H, D]
+                        "zero_state_values": values[:, 0, :, -1].tolist() if zero else None,
+                        "why": "mem_init 'zeros': the last mem_len slots hold the projections of zero states "
+                               "(zero_state_keys/values, per layer and head), visible" if zero else
+                               "mem_init 'empty': every slot empty and hidden"},
     }
 
 
-def export_model(model: TransformerXL, out, vocab=None) -> ExportResult:
-    """Write ``model``'s segment graph to ``out`` (``.onnx`` or ``.pt2``), ``OUT.json`` and, with ``vocab`` (a
-    vocabulary of :mod:`transformer_xl.data`), ``OUT.vocab.json``. Returns what was written."""
+def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
+                 slots: Optional[int] = None) -> ExportResult:
+    """Write ``model``'s segment graph (or, ``graph="decode"``, its cached decoding graph with ``slots`` positions
+    of state; default ``mem_len + tgt_len``) to ``out`` (``.onnx`` or ``.pt2``), ``OUT.json`` and, with ``vocab``
+    (a vocabulary of :mod:`transformer_xl.data`), ``OUT.vocab.json``. Returns what was written."""
     out = Path(out)
     fmt = graph_format(out)
+    if graph not in GRAPHS:
+        raise ConfigError(f"graph: must be one of {', '.join(GRAPHS)}, got {graph!r}")
+    if graph == "decode":
+        if model.config.attn_type != 0:
+            raise ConfigError(f"--graph decode: cached decoding needs attn_type 0 (this model has attn_type "
+                              f"{model.config.attn_type}); export the segment graph")
+        slots = slots or model.mem_len + model.tgt_len
+        if slots < model.mem_len + 1:
+            raise ConfigError(f"--slots: must be at least mem_len + 1 = {model.mem_len + 1}, got {slots}")
     if not out.parent.exists():
         raise ConfigError(f"{out}: the folder {out.parent} does not exist")
     if not out.parent.is_dir():
         raise ConfigError(f"{out}: {out.parent} is a file, not a folder")
-    (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out)
+    (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots)
     vocabulary = None
     if vocab is not None:
         vocabulary = out.with_name(out.name + ".vocab.json")
         vocab.save(vocabulary)
     description = out.with_name(out.name + ".json")
-    atomic_write_text(description, json.dumps(describe(model, out, vocabulary), indent=2) + "\n")
-    return ExportResult(out, description, vocabulary, max_segment(model))
+    atomic_write_text(description, json.dumps(describe(model, out, vocabulary, graph, slots), indent=2) + "\n")
+    return ExportResult(out, description, vocabulary, max_segment(model) if graph == "segment" else 1)
 
 
-__all__ = ["ExportResult", "FORMATS", "describe", "export_model", "export_program", "graph_format", "max_segment"]
+__all__ = ["ExportResult", "FORMATS", "GRAPHS", "describe", "export_model", "export_program", "graph_format",
+           "max_segment"]
