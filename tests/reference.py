@@ -22,7 +22,6 @@ import math
 from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 
 Tensor = torch.Tensor
 

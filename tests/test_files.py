@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from transformer_xl import cli
-from transformer_xl.data import Vocab, load_text_corpus
+from transformer_xl.data import Vocab
 from transformer_xl.data.cache import save_corpus
 from transformer_xl.files import atomic_write, atomic_write_bytes, atomic_write_text, write_json
 from transformer_xl.model import TransformerXL, TransformerXLConfig

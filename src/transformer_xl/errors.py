@@ -22,3 +22,7 @@ class CheckpointError(TXLError):
 
 class DataError(TXLError):
     """A corpus, vocabulary or input file is missing, empty, undecodable or unknown."""
+
+
+class MissingExtraError(TXLError, ImportError):
+    """An optional dependency (an extra of the package) is not installed; the message names the extra."""

@@ -27,7 +27,7 @@ from typing import List, Optional
 
 from .. import __version__
 from ..errors import TXLError
-from . import convert, train, evaluate, plot, generate, score, context, bench, export  # noqa: F401,I001 (each registers its command, in this order)
+from . import convert, train, evaluate, plot, generate, score, context, bench, export, lm_eval  # noqa: F401,I001 (each registers its command, in this order)
 from .options import COMMANDS, check_options
 
 
