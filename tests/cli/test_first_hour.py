@@ -62,7 +62,7 @@ def test_empty_config_section_is_an_empty_mapping(tmp_path):
     config = tmp_path / "my.yaml"
     config.write_text("base: default.yaml\nmodel:\ntrain:\n  max_steps: 7\n")
     cfg = load_run_config(str(config), ["--d-model", "64"])
-    assert cfg.model["d_model"] == 64 and cfg.model["n_layer"] == 4 and cfg.train.max_steps == 7
+    assert cfg.model.d_model == 64 and cfg.model.n_layer == 4 and cfg.train.max_steps == 7
 
 
 EXPECTED_CORPORA = "expected one of wt103, wt2, ptb, enwik8, text8, lm1b, shakespeare, default, text"

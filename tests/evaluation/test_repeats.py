@@ -106,18 +106,18 @@ def test_paired_difference():
 
 def test_longmem_configs_share_the_budget():
     """The three models of benchmarks/long_memory.sh differ only as intended, at equal parameter count."""
-    from transformer_xl.model import TransformerXL, TransformerXLConfig
+    from transformer_xl.model import TransformerXL
     from transformer_xl.training.config import load_run_config
 
     cfgs = {k: load_run_config(f"longmem_{k}") for k in ("xl", "vanilla", "absmem")}
     for c in cfgs.values():
         assert (c.train.max_steps, c.train.batch_size, c.train.lr, c.train.seed) == \
             (cfgs["xl"].train.max_steps, cfgs["xl"].train.batch_size, cfgs["xl"].train.lr, cfgs["xl"].train.seed)
-        assert c.data.dataset == "default" and c.model["tgt_len"] == cfgs["xl"].model["tgt_len"]
-    L = cfgs["xl"].model["tgt_len"]
-    assert (cfgs["xl"].model["attn_type"], cfgs["xl"].model["mem_len"]) == (0, L)
-    assert (cfgs["vanilla"].model["attn_type"], cfgs["vanilla"].model["mem_len"]) == (2, 0)
-    assert (cfgs["absmem"].model["attn_type"], cfgs["absmem"].model["mem_len"]) == (2, L)
-    counts = {k: sum(p.numel() for p in TransformerXL(TransformerXLConfig(n_token=256, **c.model)).parameters())
+        assert c.data.dataset == "default" and c.model.tgt_len == cfgs["xl"].model.tgt_len
+    L = cfgs["xl"].model.tgt_len
+    assert (cfgs["xl"].model.attn_type, cfgs["xl"].model.mem_len) == (0, L)
+    assert (cfgs["vanilla"].model.attn_type, cfgs["vanilla"].model.mem_len) == (2, 0)
+    assert (cfgs["absmem"].model.attn_type, cfgs["absmem"].model.mem_len) == (2, L)
+    counts = {k: sum(p.numel() for p in TransformerXL(c.model_config(n_token=256)).parameters())
               for k, c in cfgs.items()}
     assert counts["vanilla"] == counts["xl"] == counts["absmem"], counts

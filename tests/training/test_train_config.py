@@ -5,31 +5,33 @@ import math
 import pytest
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.training.config import builtin_config_names, load_run_config, parse_duration, parse_overrides
+from transformer_xl.model.config import TransformerXLConfig
+from transformer_xl.training.config import (ModelSection, builtin_config_names, load_run_config, parse_duration,
+                                            parse_overrides)
 from transformer_xl.training.schedule import lr_at
 
 
 @pytest.mark.parametrize("name", builtin_config_names())
 def test_every_builtin_config_is_valid(name):
     cfg = load_run_config(name)
-    model = cfg.model_config(n_token=1_000_000 if cfg.model.get("cutoffs") else 256)
+    model = cfg.model_config(n_token=1_000_000 if cfg.model.given.get("cutoffs") else 256)
     assert model.n_layer >= 1
 
 
 def test_paper_hyperparameters_are_shipped():
     wt103 = load_run_config("wt103_large")
-    assert (wt103.model["n_layer"], wt103.model["d_model"], wt103.model["div_val"]) == (18, 1024, 4)
-    assert wt103.model["cutoffs"] == [20000, 40000, 200000] and wt103.train.warmup_steps == 16000
+    assert (wt103.model.n_layer, wt103.model.d_model, wt103.model.div_val) == (18, 1024, 4)
+    assert wt103.model.cutoffs == [20000, 40000, 200000] and wt103.train.warmup_steps == 16000
     enwik8 = load_run_config("enwik8_base")
-    assert (enwik8.model["n_layer"], enwik8.model["tgt_len"], enwik8.train.batch_size) == (12, 512, 22)
+    assert (enwik8.model.n_layer, enwik8.model.tgt_len, enwik8.train.batch_size) == (12, 512, 22)
 
 
 def test_overrides_by_name_and_section():
     cfg = load_run_config("default", ["--lr", "1e-3", "--max-steps=7", "--n-layer", "2", "--eval.mem-len", "99",
                                       "--cutoffs", "[10, 20]", "--max-time", "2m", "--same-length", "true"])
-    assert cfg.train.lr == 0.001 and cfg.train.max_steps == 7 and cfg.model["n_layer"] == 2
-    assert cfg.eval.mem_len == 99 and cfg.model["cutoffs"] == [10, 20] and cfg.train.max_time == 120.0
-    assert cfg.model["same_length"] is True
+    assert cfg.train.lr == 0.001 and cfg.train.max_steps == 7 and cfg.model.n_layer == 2
+    assert cfg.eval.mem_len == 99 and cfg.model.cutoffs == [10, 20] and cfg.train.max_time == 120.0
+    assert cfg.model.same_length is True
 
 
 @pytest.mark.parametrize("args,field", [
@@ -57,7 +59,7 @@ def test_unknown_config_file_lists_builtins(tmp_path):
 def test_yaml_base_inheritance(tmp_path):
     (tmp_path / "mine.yaml").write_text("base: default.yaml\ntrain:\n  lr: 0.5\n")
     cfg = load_run_config(str(tmp_path / "mine.yaml"))
-    assert cfg.train.lr == 0.5 and cfg.model["n_layer"] == load_run_config("default").model["n_layer"]
+    assert cfg.train.lr == 0.5 and cfg.model.n_layer == load_run_config("default").model.n_layer
 
 
 def test_parse_duration():
@@ -103,3 +105,16 @@ def test_attention_is_one_option_with_older_spellings():
         with pytest.raises(ConfigError) as err:
             load_run_config("default", bad)
         assert "attention" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_model_section_is_typed_and_keeps_what_was_given():
+    cfg = load_run_config("default", ["--d-model", "64", "--n-head", "2", "--d-head", "32"])
+    assert cfg.model.d_model == 64 and cfg.model.d_embed == 64  # d_embed follows d_model when not given
+    assert cfg.model.clamp_len == TransformerXLConfig().clamp_len and "clamp_len" not in cfg.model.given
+    assert cfg.model_config(n_token=300) == TransformerXLConfig(**{**cfg.model.given, "n_token": 300})
+    assert cfg.to_dict()["model"] == cfg.model.given  # run.yaml keeps what was set, not the defaults
+    with pytest.raises(AttributeError):
+        cfg.model.colour
+    for bad in ({"colour": 1}, {"n_token": 5}):
+        with pytest.raises(ConfigError, match="unknown field"):
+            ModelSection(bad)

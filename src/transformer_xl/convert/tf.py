@@ -126,7 +126,7 @@ def _flags_from_builtin(name: str) -> Dict:
     if name not in builtin_config_names():
         raise ConfigError(f"--config: {name!r} is neither a JSON file nor a built-in config "
                           f"({', '.join(builtin_config_names())})")
-    model = dict(load_run_config(name).model)
+    model = load_run_config(name).model.to_dict()
     flags = {k: v for k, v in FLAG_DEFAULTS.items()}
     defaults = TransformerXLConfig()
     for key in ("n_layer", "d_model", "n_head", "d_head", "d_inner", "dropout", "dropatt", "div_val", "tgt_len",

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
@@ -96,23 +96,53 @@ class EvalConfig:
 
 
 SECTIONS = {"model": TransformerXLConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+MODEL_FIELDS = {f.name: f for f in dataclasses.fields(TransformerXLConfig)}
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """The ``model:`` section of a run: the :class:`TransformerXLConfig` fields that the YAML file and the command
+    line set (``given``); every other field reads as TransformerXLConfig's default, and ``n_token`` comes from
+    the vocabulary (:meth:`config`). Fields read as attributes (``cfg.model.tgt_len``). What was given is kept
+    apart because fine-tuning compares only those fields with its checkpoint's (:mod:`.finetune`)."""
+
+    given: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.given) - set(MODEL_FIELDS) | ({"n_token"} & set(self.given)))
+        if unknown:
+            raise ConfigError(f"unknown field(s) in section 'model': {', '.join(unknown)}")
+        object.__setattr__(self, "given", dict(self.given))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "given" or name not in MODEL_FIELDS or name == "n_token":
+            raise AttributeError(name)
+        if name in self.given:
+            return self.given[name]
+        cutoffs = self.given.get("cutoffs") or []
+        return getattr(self.config(n_token=max(2, max(cutoffs or [0]) + 1)), name)  # a default, or derived
+
+    def config(self, n_token: int) -> TransformerXLConfig:
+        """The model's config for a vocabulary of ``n_token`` symbols (validated: ConfigError naming a field)."""
+        return TransformerXLConfig(**{**self.given, "n_token": n_token})
+
+    def to_dict(self) -> dict:
+        return dict(self.given)
 
 
 @dataclass
 class RunConfig:
-    model: Dict[str, Any] = field(default_factory=dict)  # fields of TransformerXLConfig; n_token comes from the vocabulary
+    model: ModelSection = field(default_factory=ModelSection)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict:
-        return {"model": dict(self.model), "data": dataclasses.asdict(self.data),
+        return {"model": self.model.to_dict(), "data": dataclasses.asdict(self.data),
                 "train": dataclasses.asdict(self.train), "eval": dataclasses.asdict(self.eval)}
 
     def model_config(self, n_token: int) -> TransformerXLConfig:
-        values = dict(self.model)
-        values["n_token"] = n_token
-        return TransformerXLConfig(**values)
+        return self.model.config(n_token)
 
     def validate(self) -> None:
         t = self.train
@@ -141,7 +171,7 @@ class RunConfig:
             raise ConfigError(f"max_time: must be positive, got {t.max_time}")
         if self.eval.batch_size < 1:
             raise ConfigError(f"eval.batch_size: must be at least 1, got {self.eval.batch_size}")
-        self.model_config(n_token=max(2, max(self.model.get("cutoffs") or [0]) + 1))  # validates model fields
+        self.model_config(n_token=max(2, max(self.model.given.get("cutoffs") or [0]) + 1))  # validates model fields
 
 
 def _choice(name: str, value, allowed: Sequence) -> None:
@@ -249,7 +279,7 @@ def run_config_from_dict(values: dict) -> RunConfig:
     if isinstance(sections["train"].get("max_time"), str):
         sections["train"]["max_time"] = parse_duration(sections["train"]["max_time"])
     try:
-        cfg = RunConfig(model=dict(sections["model"]), data=DataConfig(**sections["data"]),
+        cfg = RunConfig(model=ModelSection(sections["model"]), data=DataConfig(**sections["data"]),
                         train=TrainConfig(**sections["train"]), eval=EvalConfig(**sections["eval"]))
     except TypeError as exc:
         raise ConfigError(f"invalid config: {exc}") from None

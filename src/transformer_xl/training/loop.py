@@ -36,7 +36,7 @@ from . import checkpoint as ckpt
 from . import distributed, finetune, preflight
 from .allocator import keep_cpu_memory
 from .checkpointer import Checkpointer
-from .config import RunConfig
+from .config import ModelSection, RunConfig
 from .run_dir import RunDirectory
 from .schedule import build_optimizer, lr_at, set_lr
 from .signals import stop_requests
@@ -120,7 +120,8 @@ class Trainer:
         if t.init_from:  # fine-tuning: the model of the checkpoint; a run that already has checkpoints resumes them
             init = finetune.load_init_source(t.init_from) if latest is None else None
             base = init.config if init is not None else TransformerXLConfig.from_json_file(latest / "config.json")
-            cfg.model = finetune.finetune_model_fields(cfg.model, base, init.directory if init else latest)
+            cfg.model = ModelSection(finetune.finetune_model_fields(cfg.model.given, base,
+                                                                    init.directory if init else latest))
         torch.manual_seed(t.seed)
         if corpus is None:
             vocab_dir = latest if (t.init_from and latest is not None) else None
