@@ -92,3 +92,19 @@ def test_unknown_corpus_in_python_names_the_function():
     with pytest.raises(DataError, match=r"^unknown corpus 'nosuch'; known corpora: wt103, wt2, ptb, enwik8, text8, "
                                         r"lm1b, shakespeare, default \(or use load_text_corpus for your own files\)$"):
         load_corpus("nosuch")
+
+
+def test_resume_without_config_goes_on_with_the_runs_own_settings(tmp_path, capsys):
+    """``txl train --resume --run-dir RUN`` reads RUN/run.yaml: a run started with other model flags than the
+    default config's resumes (it used to be refused as a model that differs from the checkpoint's)."""
+    run = tmp_path / "run"
+    text = tmp_path / "t.txt"
+    text.write_text("abcdefghij klmnopq rstuvwxyz\n" * 60)
+    data = ["--dataset", "text", "--level", "char", "--train-file", text, "--valid-file", text, "--test-file", text,
+            "--cache-dir", tmp_path / "cache"]
+    assert cli.main([str(a) for a in ["train", "--run-dir", run, *data, *TINY]]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", "--run-dir", str(run), "--max-steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "done: 3 steps" in out, out
+    assert "d_model: 16" in (run / "run.yaml").read_text() and "max_steps: 3" in (run / "run.yaml").read_text()

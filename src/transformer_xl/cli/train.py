@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
-
+from ..hub import RUN_CONFIG_NAME
 from ..training import load_run_config, train
 from ..training.checkpoint import latest_checkpoint
 from ..training.config import builtin_config_names
@@ -35,8 +36,19 @@ def _builtin_configs():
     return builtin_config_names()
 
 
-def run_train(args) -> int:
+def _run_config(args):
+    """The run's config; ``--resume`` without ``--config`` reads the run directory's own run.yaml (the command
+    line's overrides on top), so the run goes on with the settings it started with."""
     cfg = load_run_config(args.config, args.overrides, init_from=args.init_from)
+    saved = Path(cfg.train.run_dir) / RUN_CONFIG_NAME
+    if args.resume and args.config is None and saved.is_file():
+        args.config = str(saved)
+        cfg = load_run_config(args.config, args.overrides, init_from=args.init_from)
+    return cfg
+
+
+def run_train(args) -> int:
+    cfg = _run_config(args)
     check_dataset(cfg.data.dataset, "--train-file")
     if args.nproc is not None and args.nproc != 1:  # the same command, without --nproc, in N processes under torchrun
 
