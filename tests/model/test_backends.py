@@ -94,3 +94,54 @@ def test_a_registered_backend_is_called_once_per_layer(case):
     finally:
         model.set_attention("plain")
         backends._BACKENDS.pop("counting")
+
+
+# ---------------------------------------------------------------------------------------------- fused inference
+def _call(mlen, qlen, window, hidden, seed=0):
+    from transformer_xl.model.attention import segment_visibility
+    from transformer_xl.model.attention.relative import distances, sinusoid_table
+
+    g = torch.Generator().manual_seed(seed)
+    B, H, D = 2, 3, 8
+    K = mlen + qlen
+    q, k, v = (torch.randn(B, H, n, D, generator=g) for n in (qlen, K, K))
+    r_k = torch.randn(H, 1, D, generator=g) * sinusoid_table(distances(K, 3, "cpu"), D)[None]  # [H, K+1, D]
+    u, v_bias = torch.randn(H, D, generator=g), torch.randn(H, D, generator=g)
+    key_hidden = None
+    if hidden:
+        key_hidden = torch.zeros(B, K, dtype=torch.bool)
+        key_hidden[0, : max(mlen // 2, 1)] = True  # forgotten memory in row 0
+        key_hidden[1, -1] = True  # a padded last token in row 1
+    vis = segment_visibility(qlen, mlen, "cpu", window, key_hidden)
+    return AttentionCall(q, r_k, u, v_bias, vis, D ** -0.5, torch.nn.Dropout(0.0), k=k, v=v)
+
+
+@pytest.mark.parametrize("mlen,qlen,window,hidden", [(0, 5, 0, False), (3, 5, 0, False), (9, 5, 0, False),
+                                                     (9, 5, 6, False), (3, 5, 0, True), (9, 4, 7, True)])
+def test_fused_inference_path_equals_the_plain_maths(mlen, qlen, window, hidden):
+    """Without gradients the plain back-end goes through scaled_dot_product_attention with the position term as
+    bias; it equals the shift-trick score + masked softmax (taken with gradients on) for memory 0, < L and > L,
+    same_length windows and hidden keys."""
+    call = _call(mlen, qlen, window, hidden)
+    k, v = call.k, call.v
+    for t in (call.q, k, v, call.r_k):
+        t.requires_grad_(True)
+    assert not backends.fused_inference_applies(call, k, v)
+    expected = plain_attention(call)  # the masked softmax path (gradients wanted)
+    with torch.no_grad():
+        assert backends.fused_inference_applies(call, k, v)
+        got = plain_attention(call)
+        direct = backends.fused_inference_attention(call, k, v)
+    torch.testing.assert_close(got, expected.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(direct, got, rtol=0, atol=0)
+
+
+def test_fused_inference_path_is_not_taken_with_dropout_or_autocast():
+    call = _call(3, 5, 0, False)
+    call.dropatt = torch.nn.Dropout(0.5).train()
+    with torch.no_grad():
+        assert not backends.fused_inference_applies(call, call.k, call.v)
+        call.dropatt.eval()
+        assert backends.fused_inference_applies(call, call.k, call.v)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not backends.fused_inference_applies(call, call.k, call.v)
