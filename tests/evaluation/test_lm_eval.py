@@ -172,14 +172,25 @@ def test_every_token_of_a_document_is_predicted(checkpoints):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_batch_size_does_not_change_the_numbers(kind, checkpoints, articles):
+    """batch_size 3 streams rows together (fewer forward passes, up to 3 rows each) and gives batch_size 1's
+    numbers."""
     docs = [articles[1][:1500], articles[0][:700], articles[2][:300], " = Short = \n", articles[0][:2500]]
     pairs = [(d[:len(d) // 2], d[len(d) // 2:]) for d in docs] + [("", " The"), ("A", "")]
-    got = {}
+    got, passes = {}, {}
     for size in (1, 3):
         lm = open_lm(checkpoints[kind], batch_size=size)
         assert lm.batch_size == size
-        got[size] = (lm.loglikelihood_rolling(requests("loglikelihood_rolling", *[(d,) for d in docs])),
-                     lm.loglikelihood(requests("loglikelihood", *pairs)))
+        rows = []  # the batch of every forward pass of the model
+        hook = lm.model.register_forward_pre_hook(lambda module, args, kwargs: rows.append(
+            (args[0] if args else kwargs["input_ids"]).size(0)), with_kwargs=True)
+        try:
+            got[size] = (lm.loglikelihood_rolling(requests("loglikelihood_rolling", *[(d,) for d in docs])),
+                         lm.loglikelihood(requests("loglikelihood", *pairs)))
+        finally:
+            hook.remove()
+        passes[size] = rows
+    assert passes[1] and max(passes[1]) == 1 and max(passes[3]) == 3, passes
+    assert len(passes[3]) < len(passes[1]), {size: len(rows) for size, rows in passes.items()}
     for a, b in zip(got[1][0], got[3][0]):
         assert abs(a - b) < 1e-4  # float32 sums of ~2,500 nats, batched differently
     for (a, ga), (b, gb) in zip(got[1][1], got[3][1]):

@@ -38,7 +38,7 @@ def run_export(args) -> int:
     ckpt = open_checkpoint(args.checkpoint, args.revision, require_tokenizer=False, mem_len=args.mem_len,
                            clamp_len=args.clamp_len, same_length=args.same_length)
     result = export_model(ckpt.model, out, vocab=None if ckpt.tokenizer is None else ckpt.tokenizer.vocab,
-                          graph=args.graph, slots=args.slots)
+                          graph=args.graph, slots=args.slots, name=str(args.checkpoint))
     cfg = ckpt.model.config
     segment = f"T 1..{result.max_segment}" if result.max_segment else "T >= 1"
     if args.graph == "decode":

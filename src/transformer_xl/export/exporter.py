@@ -15,6 +15,7 @@ import copy
 import io
 import json
 import logging
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Optional
 import torch
 from torch.export import Dim
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TXLError
 from ..files import atomic_write, atomic_write_text
 from ..model import TransformerXL
 from .decode import DecodeGraph, fresh_state
@@ -93,14 +94,46 @@ def _graph(model: TransformerXL, kind: str, slots: Optional[int]):
     return SegmentGraph(model), example, dims
 
 
-def export_program(model: TransformerXL, kind: str = "segment", slots: Optional[int] = None):
-    """The ``torch.export`` program of the segment or decoding graph, with dynamic batch (and segment length)."""
+def _model_line(model: TransformerXL) -> str:
+    """The options of ``model`` that decide what the exporter traces, for the one-line error."""
+    cfg = model.config
+    tails = len(cfg.cutoffs or [])
+    softmax = f"adaptive softmax with {tails} tail clusters, div_val {cfg.div_val}" if tails else "full softmax"
+    return (f"attn_type {cfg.attn_type}, {softmax}, mem_len {model.mem_len}, same_length {model.same_length}, "
+            f"clamp_len {model.clamp_len}, pre_lnorm {cfg.pre_lnorm}")
+
+
+@contextlib.contextmanager
+def _exporter_errors(exporter: str, model: TransformerXL, kind: str, name: Optional[str]):
+    """An exception from the exporter itself becomes one ConfigError line naming the model, its options, the
+    graph and the exporter (the exporter's own first line as the reason)."""
+    try:
+        yield
+    except (TXLError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the exporter raises is "cannot be exported"
+        root = exc
+        while root.__cause__ is not None and root.__cause__ is not root:  # torch.onnx wraps torch.export's error
+            root = root.__cause__
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(root))  # the exporters colour their messages
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        reason = f"{type(root).__name__}: {lines[0] if lines else 'no message'}"
+        reason = reason if len(reason) <= 200 else reason[:197] + "..."
+        option = "--graph decode" if kind == "decode" else "the segment graph (--graph segment)"
+        raise ConfigError(f"{name or 'the model'} ({_model_line(model)}): {exporter} cannot export {option}: "
+                          f"{reason}") from exc
+
+
+def export_program(model: TransformerXL, kind: str = "segment", slots: Optional[int] = None,
+                   name: Optional[str] = None):
+    """The ``torch.export`` program of the segment or decoding graph, with dynamic batch (and segment length).
+    What the exporter cannot trace is one :class:`ConfigError` line naming ``name`` (the model) and the graph."""
     graph, example, dims = _graph(model, kind, slots)
-    with torch.no_grad():
+    with _exporter_errors("torch.export.export", model, kind, name), _quiet(), torch.no_grad():
         return torch.export.export(graph, example, dynamic_shapes=dims)
 
 
-def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int]) -> None:
+def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int], name: Optional[str]) -> None:
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
@@ -110,13 +143,14 @@ def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int
     inputs, outputs = NAMES[kind]
     with warnings.catch_warnings(), _quiet(), torch.no_grad():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(graph, example, dynamo=True, input_names=list(inputs),
-                                    output_names=list(outputs), dynamic_shapes=dims, verbose=False)
+        with _exporter_errors("torch.onnx.export", model, kind, name):
+            program = torch.onnx.export(graph, example, dynamo=True, input_names=list(inputs),
+                                        output_names=list(outputs), dynamic_shapes=dims, verbose=False)
         atomic_write(path, lambda tmp: program.save(str(tmp)), suffix=".onnx")
 
 
-def _write_pt2(model: TransformerXL, path: Path, kind: str, slots: Optional[int]) -> None:
-    program = export_program(model, kind, slots)
+def _write_pt2(model: TransformerXL, path: Path, kind: str, slots: Optional[int], name: Optional[str]) -> None:
+    program = export_program(model, kind, slots, name)
     atomic_write(path, lambda tmp: torch.export.save(program, str(tmp)), suffix=".pt2")
 
 
@@ -186,18 +220,19 @@ def _describe_decode(model: TransformerXL, slots: int) -> dict:
 
 
 def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
-                 slots: Optional[int] = None) -> ExportResult:
+                 slots: Optional[int] = None, name: Optional[str] = None) -> ExportResult:
     """Write ``model``'s segment graph (or, ``graph="decode"``, its cached decoding graph with ``slots`` positions
     of state; default ``mem_len + tgt_len``) to ``out`` (``.onnx`` or ``.pt2``), ``OUT.json`` and, with ``vocab``
-    (a vocabulary of :mod:`transformer_xl.data`), ``OUT.vocab.json``. Returns what was written."""
+    (a vocabulary of :mod:`transformer_xl.data`), ``OUT.vocab.json``. Returns what was written. ``name`` (the
+    checkpoint, say) names the model in the one-line ConfigError of an export that cannot be done."""
     out = Path(out)
     fmt = graph_format(out)
     if graph not in GRAPHS:
         raise ConfigError(f"graph: must be one of {', '.join(GRAPHS)}, got {graph!r}")
     if graph == "decode":
         if model.config.attn_type != 0:
-            raise ConfigError(f"--graph decode: cached decoding needs attn_type 0 (this model has attn_type "
-                              f"{model.config.attn_type}); export the segment graph")
+            raise ConfigError(f"{name or 'the model'}: --graph decode: cached decoding needs attn_type 0 (this "
+                              f"model has attn_type {model.config.attn_type}); export the segment graph")
         slots = slots or model.mem_len + model.tgt_len
         if slots < model.mem_len + 1:
             raise ConfigError(f"--slots: must be at least mem_len + 1 = {model.mem_len + 1}, got {slots}")
@@ -205,7 +240,7 @@ def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
         raise ConfigError(f"{out}: the folder {out.parent} does not exist")
     if not out.parent.is_dir():
         raise ConfigError(f"{out}: {out.parent} is a file, not a folder")
-    (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots)
+    (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots, name)
     vocabulary = None
     if vocab is not None:
         vocabulary = out.with_name(out.name + ".vocab.json")
