@@ -17,7 +17,7 @@ the per-round time ratios, original / ours, with the machine's CPU flags:
   Adam (the original's ``train.py``: ``torch.optim.Adam``, default implementation; ours: ``build_optimizer``,
   what ``txl train`` uses), dropout 0.1 in both;
 - ``eval``: forward with memory and no gradient, as each project's evaluation runs it (the original's
-  ``eval.py``: ``torch.no_grad()``; ours: ``torch.inference_mode()`` as ``txl eval`` does);
+  ``eval.py`` and ``txl eval`` both under ``torch.no_grad()``);
 - ``bf16``: our training step under CPU bf16 autocast against the original's fp32 step.
 
 Default model: the issue's base-like configuration (4 layers, d_model 256, 8 heads of 32, d_inner 1024,
@@ -113,7 +113,7 @@ class Ours:
 
     def eval_step(self, inp, tgt):
         self.model.eval()
-        with torch.inference_mode():
+        with torch.no_grad():  # as txl eval, txl score and lm-eval run it
             out = self.model(inp, tgt, mems=self.mems)
         self.mems = out.mems
         return out.losses  # [B, L]

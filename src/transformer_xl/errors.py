@@ -26,3 +26,15 @@ class DataError(TXLError):
 
 class MissingExtraError(TXLError, ImportError):
     """An optional dependency (an extra of the package) is not installed; the message names the extra."""
+
+
+def one_line(exc: BaseException, first: bool = False, limit: int = 500) -> str:
+    """The message of ``exc`` fit for one error line: whitespace collapsed (with ``first``, only its first line
+    is kept), cut to ``limit`` characters; the exception's type name when it has no message."""
+    text = str(exc).strip()
+    if first:
+        text = text.split("\n", 1)[0]
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return text or type(exc).__name__

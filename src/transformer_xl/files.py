@@ -63,9 +63,12 @@ def atomic_write_text(path: PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def write_json(path: PathLike, value: Any) -> Path:
-    """Atomically write ``value`` as JSON: 2-space indent, sorted keys, ASCII, a final newline."""
-    return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+def write_json(path: PathLike, value: Any, *, indent: int = 2, sort_keys: bool = True, ensure_ascii: bool = True,
+               newline: bool = True) -> Path:
+    """Atomically write ``value`` as JSON; by default with a 2-space indent, sorted keys, ASCII and a final newline
+    (the data layer's files keep their keys in order and their text as UTF-8: ``data/_io.JSON_STYLE``)."""
+    text = json.dumps(value, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + ("\n" if newline else "")
+    return atomic_write_text(path, text)
 
 
 def read_json(path: PathLike, what: str = "JSON file", error: type = ValueError, expect: type = object) -> Any:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, one_line
 from .files import read_json
 
 # ---------------------------------------------------------------------------- file names
@@ -282,14 +282,11 @@ def _fetch(hub, repo_id: str, filename: str, revision, cache_dir, token, local_o
     except errors.EntryNotFoundError:
         return None
     except (errors.HFValidationError, ValueError) as exc:
-        raise CheckpointError(f"{where}: not a valid hub id or revision ({_first_line(exc)})") from None
+        reason = one_line(exc, first=True, limit=300)
+        raise CheckpointError(f"{where}: not a valid hub id or revision ({reason})") from None
     except (errors.HfHubHTTPError, OSError) as exc:  # other HTTP and network failures
-        raise CheckpointError(f"{where}: could not fetch {filename} ({_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
+        reason = one_line(exc, first=True, limit=300)
+        raise CheckpointError(f"{where}: could not fetch {filename} ({reason})") from None
 
 
 __all__ = ["CONFIG_NAME", "HF_BIN_NAME", "Located", "RUN_CONFIG_NAME", "VOCAB_NAMES", "WEIGHTS_NAME",

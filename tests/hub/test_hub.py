@@ -29,7 +29,9 @@ from data_fixtures import one_line, require  # noqa: E402
 from hf_oracle import (TransfoXLLMHeadModel, hf_ids, hf_model, hf_text, hf_tokenizer, save_hf,  # noqa: E402
                        worst_differences)
 from hub_cache import add_commit, add_folder, repo_folder  # noqa: E402
+from hub_endpoint import HubEndpoint  # noqa: E402
 from transformer_xl import TransformerXL, TransformerXLTokenizer, open_checkpoint  # noqa: E402
+from transformer_xl.cli import main  # noqa: E402
 from transformer_xl.errors import CheckpointError, TXLError  # noqa: E402
 
 REPO = "toy-transfo-xl/transfo-xl-wt103"
@@ -119,9 +121,10 @@ def snapshot(hub: Hub, commit: str, repo: str = REPO) -> Path:
     return repo_folder(hub.cache, repo) / "snapshots" / commit
 
 
-def txl(hub: Hub, *argv):
-    """``txl ARGV`` in a fresh process that finds the cache through HF_HUB_CACHE, offline."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub.cache), "TXL_DEBUG": ""}
+def txl(hub: Hub, *argv, **env_changes):
+    """``txl ARGV`` in a fresh process that finds the cache through HF_HUB_CACHE, offline (unless ``env_changes``
+    say otherwise)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub.cache), "TXL_DEBUG": "", **env_changes}
     code = "import sys; from transformer_xl.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *map(str, argv)], capture_output=True, text=True, env=env,
                           timeout=300)
@@ -279,6 +282,62 @@ def test_a_missing_id_is_one_line_and_exit_2(hub):
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "nobody/nothing" in lines[0] and "offline" in lines[0], run.stderr
+
+
+def _wt2_lines_file(hub: Hub, tmp_path):
+    """Two WikiText-2 valid lines in a file, and the ids HuggingFace's tokenizer gives them (<eos> after each)."""
+    lines = require("wikitext-2/valid.txt").read_text(encoding="utf-8").splitlines()
+    docs = [ln.strip() for ln in lines if len(ln.split()) > 30][:2]
+    path = tmp_path / "test.txt"
+    path.write_text("".join(doc + "\n" for doc in docs), encoding="utf-8")
+    eos = hub.tok.sym2idx["<eos>"]
+    return path, [i for doc in docs for i in hf_ids(hub.tok, hub.tok.tokenize(doc)) + [eos]]
+
+
+def test_txl_eval_of_a_huggingface_folder_and_its_hub_id_gives_huggingfaces_loss(hub, tmp_path, capsys):
+    path, ids = _wt2_lines_file(hub, tmp_path)
+    corpus = ["--dataset", "text", "--test-file", path, "--batch-size", 1, "--json"]
+    assert main(["eval", str(snapshot(hub, hub.commit_b)), *map(str, corpus)]) == 0
+    folder = json.loads(capsys.readouterr().out)
+    assert folder["tokens"] == len(ids) - 1 and folder["metric"] == "ppl"
+    hf_nll = _hf_document_nll(hf_from(snapshot(hub, hub.commit_b)), ids)  # segments of tgt_len with memory
+    assert abs(folder["loss"] * folder["tokens"] - hf_nll) < 1e-4 * folder["tokens"]
+    run = txl(hub, "eval", REPO, *corpus)
+    assert run.returncode == 0, run.stderr
+    by_id = json.loads(run.stdout)
+    assert by_id["checkpoint"] == str(snapshot(hub, hub.commit_b))
+    assert by_id["tokens"] == folder["tokens"] and abs(by_id["loss"] - folder["loss"]) < 1e-9
+
+
+def test_txl_context_of_a_huggingface_folder_and_its_hub_id_gives_huggingfaces_loss(hub, tmp_path):
+    """At context length mem_len (12, segments of tgt_len 8) the curve's point is HuggingFace's loss with memory."""
+    path, ids = _wt2_lines_file(hub, tmp_path)
+    run = txl(hub, "context", snapshot(hub, hub.commit_b), REPO, "--names", "folder", "id", "--lengths", 4, 12,
+              "--batch-size", 1, "--max-tokens", len(ids), "--dataset", "text", "--split", "test", "--test-file", path,
+              "--plot", tmp_path / "context.png", "--json")
+    assert run.returncode == 0, run.stderr
+    loss = json.loads(run.stdout)["loss"]
+    hf_nll = _hf_document_nll(hf_from(snapshot(hub, hub.commit_b)), ids)
+    assert abs(loss["folder"]["12"] - hf_nll / (len(ids) - 1)) < 1e-4
+    assert loss["id"] == loss["folder"] and loss["folder"]["4"] != loss["folder"]["12"]
+
+
+@pytest.mark.parametrize("command, repo_id, why", [
+    ("eval", "nobody/nothing", "no such repository on the hub"),
+    ("context", "toy-org/no-weights", "no weights in it (no model.safetensors or pytorch_model.bin)"),
+])
+def test_what_only_the_hub_can_answer_is_one_line_and_exit_2(hub, tmp_path, command, repo_id, why):
+    """Online, against a hub endpoint on this machine (offline, a cache cannot tell these apart from files not
+    downloaded): a repository the hub does not hold, and one holding a config.json but no weights."""
+    (tmp_path / "test.txt").write_text("the game\n", encoding="utf-8")
+    repos = {"toy-org/no-weights": {"config.json": (hub.folder_a / "config.json").read_bytes()}}
+    with HubEndpoint(repos) as endpoint:
+        run = txl(hub, command, repo_id, "--dataset", "text", "--split", "test", "--test-file", tmp_path / "test.txt",
+                  HF_HUB_OFFLINE="0", HF_ENDPOINT=endpoint.url, HF_HUB_CACHE=str(tmp_path / "cache"),
+                  NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert lines[0].startswith(f"txl {command}: error: {repo_id}: not a local folder; as a hub id: {why}"), lines[0]
 
 
 def test_a_vocab_pkl_with_a_payload_runs_nothing_and_is_one_line(hub, offline):

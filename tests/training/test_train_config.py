@@ -5,7 +5,7 @@ import math
 import pytest
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.model.config import TransformerXLConfig
+from transformer_xl.model.config import RunLengths, TransformerXLConfig
 from transformer_xl.training.config import (ModelSection, builtin_config_names, load_run_config, parse_duration,
                                             parse_overrides)
 from transformer_xl.training.schedule import lr_at
@@ -32,6 +32,27 @@ def test_overrides_by_name_and_section():
     assert cfg.train.lr == 0.001 and cfg.train.max_steps == 7 and cfg.model.n_layer == 2
     assert cfg.eval.mem_len == 99 and cfg.model.cutoffs == [10, 20] and cfg.train.max_time == 120.0
     assert cfg.model.same_length is True
+
+
+def test_eval_lengths_are_one_run_lengths_over_the_training_ones():
+    cfg = load_run_config("default", ["--tgt-len", "16", "--mem-len", "32", "--eval.mem-len", "64",
+                                      "--eval.same-length", "true"])
+    training = cfg.model_config(n_token=256)
+    lengths = cfg.eval.lengths(RunLengths.of(training))
+    assert isinstance(lengths, RunLengths)
+    assert lengths == RunLengths(tgt_len=16, ext_len=training.ext_len, mem_len=64, clamp_len=training.clamp_len,
+                                 same_length=True)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--eval.tgt-len", "0"], "eval.tgt_len: must be a positive integer, got 0"),
+    (["--eval.mem-len", "-1"], "eval.mem_len: must be a non-negative integer, got -1"),
+    (["--mem-len", "0", "--eval.same-length", "true"], "eval.same_length: needs mem_len > 0"),
+])
+def test_eval_lengths_the_model_would_refuse_are_refused_when_the_config_loads(args, message):
+    with pytest.raises(ConfigError) as err:
+        load_run_config("default", args)
+    assert str(err.value).startswith(message)
 
 
 @pytest.mark.parametrize("args,field", [

@@ -1,4 +1,6 @@
 """``txl context``: loss against context length, and RECL for two or more models.
+
+Each model reads its run's corpus, or the one named with ``--dataset`` (see :mod:`.corpus`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,13 @@ from ..devices import resolve_device
 from ..errors import DataError
 from ..evaluation.context import context_losses, plot_context, recl
 from ..evaluation.figures import check_image_path
-from ..evaluation.metrics import metric_value
+from ..evaluation.metrics import metric_name, metric_value
 from ..model import TransformerXL
 from ..model.attention import AttentionChoice
 from ..model.footprint import fit_attention
 from ..model.io import load_located
-from ..training import load_run_config
-from ..training.loop import load_data
-from .common import add_checkpoint_args, check_vocab, load_model_config, locate_checkpoint, run_config_of
+from .common import add_checkpoint_args, load_model_config, locate_checkpoint
+from .corpus import add_corpus_args, check_corpus_args, checkpoint_split
 from .evaluate import SLIDING_WINDOWS_PER_CALL
 from .options import at_least, checks, command
 
@@ -42,7 +43,7 @@ def add_context(sub) -> None:
     p.add_argument("--names", nargs="*", help="labels for the models (default: directory names)")
     p.add_argument("--plot", help="PNG path (default: context.png in the current directory)", default="context.png")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--data-dir")
+    add_corpus_args(p, "read")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=run_context,
                    **checks(at_least("--lengths", 1), at_least("--batch-size", 1), at_least("--max-tokens", 1)))
@@ -56,20 +57,18 @@ def run_context(args) -> int:
     if len(names) != len(args.checkpoints) or len(set(names)) != len(names):
         raise DataError("--names: give one distinct name per checkpoint")
     check_image_path(args.plot, "--plot")
+    check_corpus_args(args)
     device = resolve_device(args.device)
     located = [locate_checkpoint(path, args) for path in args.checkpoints]
     group, curves, metric = {}, {}, "ppl"
     for name, found in zip(names, located):
-        overrides = ["--data-dir", args.data_dir] if args.data_dir else []
-        cfg = load_run_config(str(run_config_of(found)), overrides)
         config = load_model_config(found)
         choice = _plan_context_memory(config, args.batch_size, args.lengths, device)
+        data = checkpoint_split(found, args, config.n_token)
         model = load_located(found, TransformerXL, device)
         model.set_attention(*choice)
-        corpus = load_data(cfg, vocab_dir=found.directory if cfg.train.init_from else None)
-        check_vocab(found, corpus)
-        metric = corpus.metric
-        group[name] = context_losses(model, corpus.split(args.split), args.lengths, args.batch_size, args.max_tokens)
+        metric = metric_name(data.level)
+        group[name] = context_losses(model, data.ids, args.lengths, args.batch_size, args.max_tokens)
         curves[name] = {c: float(v.mean()) for c, v in group[name].items()}
     plot_context(curves, args.plot, metric)
     result = {"lengths": sorted(args.lengths), "loss": curves, "plot": args.plot}

@@ -2,7 +2,7 @@
 
 The corpus is the run's (from ``run.yaml`` beside the checkpoint), or one the user names
 (``--dataset NAME --data-dir DIR``, or ``--dataset text --test-file FILE``) encoded with the checkpoint's
-own vocabulary: the only way to evaluate a converted checkpoint, which has no run.yaml.
+own vocabulary: the only way to evaluate a converted checkpoint, which has no run.yaml (see :mod:`.corpus`).
 """
 
 from __future__ import annotations
@@ -13,19 +13,16 @@ from typing import Tuple
 
 
 from ..devices import autocast_dtype, resolve_device
-from ..errors import DataError
 from ..evaluation import EvalResult, EvalSettings, evaluate
-from ..evaluation.vocab_data import SPLITS, EvalData, EvalSource, split_for_checkpoint
-from ..hub import Located
 from ..model import RunLengths, TransformerXL, TransformerXLConfig
 from ..model.io import load_located
 from ..model.attention import AttentionChoice
 from ..model.footprint import fit_attention
-from ..training import load_run_config
+from ..pretrained import run_lengths
 from ..training.allocator import keep_cpu_memory
-from ..training.loop import load_data
-from .common import add_checkpoint_args, check_vocab, load_model_config, locate_checkpoint, run_config_of
-from .options import add_attention_args, at_least, attention_option, check_dataset, checks, command
+from .common import add_checkpoint_args, load_model_config, locate_checkpoint
+from .corpus import add_corpus_args, check_corpus_args, checkpoint_split
+from .options import add_attention_args, at_least, attention_option, checks, command
 
 
 log = logging.getLogger(__name__)
@@ -49,14 +46,7 @@ def add_eval(sub) -> None:
     p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--max-steps", type=int, help="evaluate only the first N segments (with --mode sliding: N predictions per row)")
-    p.add_argument("--dataset", help="the corpus to evaluate on, encoded with the checkpoint's vocabulary: a named "
-                                     "corpus (with --data-dir), or 'text' with --test-file/--valid-file/--train-file "
-                                     "(default: the run's corpus, from run.yaml)")
-    p.add_argument("--data-dir", help="local copy of the corpus (default: the run's)")
-    p.add_argument("--test-file", help="with --dataset text: the file evaluated by --split test")
-    p.add_argument("--valid-file", help="with --dataset text: the file evaluated by --split valid")
-    p.add_argument("--train-file", help="with --dataset text: the file evaluated by --split train")
-    p.add_argument("--cache-dir", help="corpus cache (default: $TXL_CACHE_DIR or ~/.cache/transformer-xl)")
+    add_corpus_args(p, "evaluate on")
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="autocast precision of the forward passes (fp16 needs a GPU)")
@@ -83,28 +73,11 @@ def run_eval(args) -> int:
 def _eval_lengths(config: TransformerXLConfig, args) -> RunLengths:
     """The run-time lengths of ``txl eval``, validated as the model will validate them (ConfigError naming the
     field, e.g. same_length without memory)."""
-    return RunLengths.of(config).replace(**{k: getattr(args, k) for k in RunLengths.FIELDS}).check(config)
-
-
-def _run_data(located: Located, args) -> EvalData:
-    """The split of the run's own corpus (run.yaml), checked against the checkpoint's vocabulary."""
-    run_config = run_config_of(located, f"; name one with --dataset NAME --data-dir DIR, or --dataset text "
-                                        f"--{args.split}-file FILE")
-    overrides = []
-    for flag in ("data_dir", "cache_dir"):
-        if getattr(args, flag, None):
-            overrides += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-    cfg = load_run_config(str(run_config), overrides)
-    # a fine-tuned run's own vocabulary
-    corpus = load_data(cfg, vocab_dir=located.directory if cfg.train.init_from else None)
-    check_vocab(located, corpus)
-    return EvalData(corpus.split(args.split), corpus.level, cfg.data.dataset, len(corpus.vocab),
-                    cfg.train.keep_cpu_memory)
+    return run_lengths(config, **{k: getattr(args, k) for k in RunLengths.FIELDS})
 
 
 def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
-    if getattr(args, "dataset", None):
-        check_dataset(args.dataset, f"--{args.split}-file")
+    check_corpus_args(args)
     located = locate_checkpoint(args.checkpoint, args)
     device = resolve_device(args.device)
     config = load_model_config(located)
@@ -112,14 +85,7 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     mode = getattr(args, "mode", "segment")
     amp = autocast_dtype(getattr(args, "precision", "fp32"), device)
     _plan_eval_memory(config, args, lengths, mode, device, 0)  # refuse before reading any data
-    source = EvalSource(getattr(args, "dataset", None), getattr(args, "data_dir", None), getattr(args, "cache_dir", None),
-                        {s: getattr(args, f"{s}_file") for s in SPLITS if getattr(args, f"{s}_file", None)})
-    if source.given:
-        data = split_for_checkpoint(located.directory, args.split, source)
-    else:
-        data = _run_data(located, args)
-    if data.n_token != config.n_token:
-        raise DataError(f"{located.directory}: model has {config.n_token} tokens, corpus vocabulary {data.n_token}")
+    data = checkpoint_split(located, args, config.n_token)
     if device.type == "cpu" and data.keep_cpu_memory:
         keep_cpu_memory()
     choice = _plan_eval_memory(config, args, lengths, mode, device, data.ids.size)  # with the data's copy
@@ -127,7 +93,7 @@ def evaluate_checkpoint(args) -> Tuple[EvalResult, dict]:
     model.set_attention(*choice)
     if getattr(args, "compile", False):
         model.compile()
-    result = evaluate(model, data.ids, EvalSettings(batch_size=args.batch_size, **lengths.to_dict(), level=data.level,
+    result = evaluate(model, data.ids, EvalSettings(batch_size=args.batch_size, lengths=lengths, level=data.level,
                                                     max_steps=args.max_steps, device=device, autocast_dtype=amp,
                                                     mode=mode))
     info = {"checkpoint": str(located.directory), "split": args.split, "dataset": data.dataset, "mode": mode,

@@ -26,7 +26,7 @@ from typing import List, Optional
 
 
 from .. import __version__
-from ..errors import TXLError
+from ..errors import TXLError, one_line
 from . import convert, train, evaluate, plot, generate, score, context, bench, export, lm_eval  # noqa: F401,I001 (each registers its command, in this order)
 from .options import COMMANDS, check_options
 
@@ -54,15 +54,9 @@ def version_line() -> str:
     return f"txl {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
 
 
-def _one_line(exc: BaseException) -> str:
-    """The exception's message on one line (whitespace collapsed), at most 500 characters."""
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 500 else text[:497] + "..."
-
-
 def _os_error_line(exc: OSError) -> str:
     """``PATH: reason`` for a failed read or write (``PATH -> PATH2`` for a rename)."""
-    reason = exc.strerror or _one_line(exc) or type(exc).__name__
+    reason = exc.strerror or one_line(exc)
     if exc.filename is None:
         return f"{type(exc).__name__}: {reason}"
     where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
@@ -77,7 +71,7 @@ def run_command(args, name: str) -> int:
         check_options(args)
         return int(args.func(args) or 0)
     except TXLError as exc:
-        print(f"txl {name}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"txl {name}: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"txl {name}: interrupted", file=sys.stderr)
@@ -90,7 +84,7 @@ def run_command(args, name: str) -> int:
     except Exception as exc:  # noqa: BLE001 - the guard: a bug gets one line, not a traceback
         if debug:
             raise
-        print(f"txl {name}: error: {type(exc).__name__}: {_one_line(exc)} (set {DEBUG_ENV}=1 for the traceback)",
+        print(f"txl {name}: error: {type(exc).__name__}: {one_line(exc)} (set {DEBUG_ENV}=1 for the traceback)",
               file=sys.stderr)
         return 1
 

@@ -8,6 +8,7 @@ Quick tour::
     corpus = load_corpus("ptb", data_dir="data/ptb")
     corpus = load_corpus("default")            # offline: the Python standard library's source, byte level
     corpus = load_text_corpus("my.txt", level="bpe")
+    corpus = load_run_corpus(run_config.data)  # what a run's data: section names (training.DataConfig)
     vocab = read_hf_vocab("transfo-xl-wt103/vocab.pkl")   # HuggingFace's pickle, read without running it
     vocab = original_vocab("wt103", "data/wikitext-103")  # the ids the authors' code gives its checkpoints
 
@@ -22,12 +23,13 @@ Every user error (missing, empty or undecodable file, unknown corpus, failed dow
 
 from .bpe import BPETokenizer
 from .cache import CACHE_ENV, cache_root
-from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_corpus, load_text_corpus,
+from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_corpus, load_text_corpus, metric_name,
                      split_sizes)
 from .download import RemoteFile, download_file, verify_file
 from .hf_vocab import HFVocab, read_hf_vocab
 from .iterator import LMOrderedIterator, align_labels
 from .original import ORIGINAL_CORPORA, original_vocab
+from .run_corpus import load_run_corpus
 from .safe_pickle import load_plain_pickle
 from .stdlib import DEFAULT_CORPUS_BYTES
 from .vocab import ByteVocab, Tokenizer, Vocab
@@ -36,6 +38,6 @@ from .vocab_files import load_vocab
 __all__ = [
     "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "HFVocab", "KNOWN_CORPORA", "LEVELS",
     "LMOrderedIterator", "align_labels", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file",
-    "load_corpus", "load_default_corpus", "load_plain_pickle", "load_text_corpus", "load_vocab", "original_vocab",
-    "read_hf_vocab", "split_sizes", "verify_file",
+    "load_corpus", "load_default_corpus", "load_plain_pickle", "load_run_corpus", "load_text_corpus", "load_vocab",
+    "metric_name", "original_vocab", "read_hf_vocab", "split_sizes", "verify_file",
 ]

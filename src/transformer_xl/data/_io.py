@@ -23,6 +23,10 @@ from ..files import atomic_write_bytes, atomic_write_stream
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+#: How the data layer's JSON files (vocabularies, cache metadata) are written by ``files.write_json``: keys in
+#: their order, one-space indent, UTF-8 text, no final newline.
+JSON_STYLE = {"indent": 1, "sort_keys": False, "ensure_ascii": False, "newline": False}
+
 #: Bytes read at a time when streaming a text file.
 BLOCK_SIZE = 1 << 24
 
@@ -121,12 +125,6 @@ def stable_hash(obj: Any, length: int = 16) -> str:
     """Short sha256 hex digest of the canonical JSON form of ``obj``."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:length]
-
-
-def atomic_write_json(path: PathLike, obj: Any) -> Path:
-    """Atomically write ``obj`` as UTF-8 JSON."""
-    blob = json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8")
-    return atomic_write_bytes(path, blob)
 
 
 def atomic_save_npy(path: PathLike, array: np.ndarray) -> Path:

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, List, Sequence
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, one_line
 from ._io import PathLike, TextInput, as_text, atomic_write_bytes, ids_list, resolve_save_path
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class BPETokenizer:
         try:
             return cls(Tokenizer.from_file(str(p)))
         except Exception as exc:  # tokenizers raises plain Exception subclasses
-            raise DataError(f"cannot read tokenizer {p}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+            raise DataError(f"cannot read tokenizer {p}: {one_line(exc, first=True)}") from None
 
     def __repr__(self) -> str:
         return f"BPETokenizer(size={len(self)})"

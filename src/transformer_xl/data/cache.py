@@ -24,8 +24,8 @@ from typing import Any, BinaryIO, Dict, Iterable, Optional, Tuple, Union
 import numpy as np
 
 from ..errors import DataError
-from ..files import atomic_write_stream
-from ._io import PathLike, atomic_save_npy, atomic_write_json, load_npy, read_json, smallest_dtype, stable_hash
+from ..files import atomic_write_stream, write_json
+from ._io import JSON_STYLE, PathLike, atomic_save_npy, load_npy, read_json, smallest_dtype, stable_hash
 from .vocab_files import load_vocab
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def save_corpus(directory: Path, vocab, splits: Dict[str, SplitData], meta: Dict
     vocab.save(directory)
     full = {"format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **meta,
             "dtype": dtype.name, "vocab_size": len(vocab), "sizes": sizes}
-    atomic_write_json(directory / META_FILENAME, full)
+    write_json(directory / META_FILENAME, full, **JSON_STYLE)
 
 
 def load_corpus_files(directory: Path) -> Optional[Tuple[Any, Dict[str, np.ndarray], Dict[str, Any]]]:

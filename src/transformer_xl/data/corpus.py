@@ -32,8 +32,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import DataError
-from ._io import (PathLike, atomic_write_json, check_file, fingerprint, read_bytes, read_text, smallest_dtype,
-                  split_lines, stable_hash)
+from ..files import write_json
+from ._io import (JSON_STYLE, PathLike, check_file, fingerprint, read_bytes, read_text, smallest_dtype, split_lines,
+                  stable_hash)
 from .bpe import BPETokenizer
 from .cache import SPLITS, cache_root, corpus_dir, load_corpus_files, save_corpus
 from .download import Member, MemberPattern, RemoteFile, download_file, extract_members
@@ -44,6 +45,13 @@ from .vocab import EOS, ByteVocab, Tokenizer, Vocab
 log = logging.getLogger(__name__)
 
 LEVELS = ("word", "char", "byte", "bpe")
+
+
+def metric_name(level: str) -> str:
+    """The paper's metric for a corpus level: ``'ppl'`` for word and BPE tokens, ``'bpc'`` for characters and
+    bytes."""
+    return "ppl" if level in ("word", "bpe") else "bpc"
+
 EVAL_FRACTION = Fraction(5, 100)
 _COMPLETE = ".complete"
 
@@ -66,8 +74,8 @@ class Corpus:
 
     @property
     def metric(self) -> str:
-        """``'ppl'`` for word and BPE level, ``'bpc'`` for char and byte level."""
-        return "ppl" if self.level in ("word", "bpe") else "bpc"
+        """``'ppl'`` or ``'bpc'``, by :func:`metric_name`."""
+        return metric_name(self.level)
 
     @property
     def n_token(self) -> int:
@@ -392,7 +400,7 @@ def _extract_all(spec: CorpusSpec, source_dir: Path, work_dir: Path, verify: boo
                              for p in patterns)
         log.info("extracting %s into %s", archive, work_dir)
         extract_members(archive, work_dir, patterns)
-    atomic_write_json(work_dir / _COMPLETE, {"archives": [a for a, _ in spec.archives]})
+    write_json(work_dir / _COMPLETE, {"archives": [a for a, _ in spec.archives]}, **JSON_STYLE)
 
 
 def _from_data_dir(spec: CorpusSpec, data_dir: Path, root: Path) -> Inputs:

@@ -28,7 +28,8 @@ from typing import Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, Un
 import numpy as np
 
 from ..errors import DataError
-from ._io import (PathLike, TextInput, as_text, atomic_write_json, check_file, ids_list, iter_lines, normalize_newlines,
+from ..files import write_json
+from ._io import (JSON_STYLE, PathLike, TextInput, as_text, check_file, ids_list, iter_lines, normalize_newlines,
                   read_bytes, read_json, read_text, resolve_save_path, split_lines)
 from .safe_pickle import looks_like_pickle
 
@@ -416,7 +417,7 @@ class Vocab:
 
     def save(self, path: PathLike) -> Path:
         """Write the vocabulary as JSON to ``path`` (a ``.json`` file, or a directory: ``vocab.json`` in it)."""
-        return atomic_write_json(resolve_save_path(path, VOCAB_FILENAME), self.to_dict())
+        return write_json(resolve_save_path(path, VOCAB_FILENAME), self.to_dict(), **JSON_STYLE)
 
     @classmethod
     def load(cls, path: PathLike) -> "Vocab":
@@ -476,7 +477,7 @@ class ByteVocab:
 
     def save(self, path: PathLike) -> Path:
         """Write ``{"kind": "bytes", ...}`` JSON (``path``: a ``.json`` file or a directory)."""
-        return atomic_write_json(resolve_save_path(path, VOCAB_FILENAME), self.to_dict())
+        return write_json(resolve_save_path(path, VOCAB_FILENAME), self.to_dict(), **JSON_STYLE)
 
     def __repr__(self) -> str:
         return "ByteVocab(size=256)"

@@ -13,6 +13,7 @@ import torch
 from ..data import LMOrderedIterator, align_labels
 from ..devices import all_reduce_sum
 from ..errors import ConfigError
+from ..model import RunLengths
 from ..model.transformer import IGNORE_INDEX
 from .metrics import metric_name, metric_value
 from .segments import losses_with_memory
@@ -37,7 +38,7 @@ class EvalResult:
 
 @dataclass
 class EvalSettings:
-    """How to read a split. Lengths left None take the model's (training) values.
+    """How to read a split: ``lengths`` are the run-time lengths to read it with (None: the model's own).
 
     ``mode="segment"`` reads the ``batch_size`` rows segment by segment with memory, as the paper's code does;
     ``mode="sliding"`` is the vanilla Transformer's evaluation: each prediction runs a fresh window of
@@ -47,11 +48,7 @@ class EvalSettings:
     """
 
     batch_size: int = 10
-    tgt_len: Optional[int] = None
-    mem_len: Optional[int] = None
-    ext_len: Optional[int] = None
-    clamp_len: Optional[int] = None
-    same_length: Optional[bool] = None
+    lengths: Optional[RunLengths] = None
     level: str = "word"
     max_steps: Optional[int] = None
     mode: str = "segment"
@@ -70,14 +67,14 @@ def evaluate(model, data, settings: Optional[EvalSettings] = None, **fields) -> 
     if settings is not None and fields:
         raise ConfigError(f"evaluate: give EvalSettings or its fields, not both ({', '.join(fields)})")
     cfg = settings or EvalSettings(**fields)
+    lengths = cfg.lengths or model.lengths
     if cfg.mode == "sliding":
-        return _evaluate_sliding(model, data, cfg.batch_size, cfg.tgt_len or model.tgt_len, cfg.level, cfg.max_steps,
-                                 cfg.device)
+        return _evaluate_sliding(model, data, cfg.batch_size, lengths.tgt_len, cfg.level, cfg.max_steps, cfg.device)
     if cfg.mode != "segment":
         raise ConfigError(f"mode: must be 'segment' or 'sliding', got {cfg.mode!r}")
     device = cfg.device or next(model.parameters()).device
     start = time.perf_counter()
-    with model.inference(cfg.tgt_len or model.tgt_len, cfg.ext_len, cfg.mem_len, cfg.clamp_len, cfg.same_length):
+    with model.inference(**lengths.to_dict()):
         iterator = LMOrderedIterator(data, cfg.batch_size, model.tgt_len, ext_len=model.ext_len, device=device,
                                      rank=cfg.rank, world_size=cfg.world_size)
         total, count = _segment_losses(model, iterator, cfg.max_steps, cfg.autocast_dtype)

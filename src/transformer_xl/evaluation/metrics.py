@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import math
 
-
-def metric_name(level: str) -> str:
-    """'ppl' for word-level corpora, 'bpc' for character/byte-level ones, as the paper reports."""
-    return "ppl" if level in ("word", "bpe") else "bpc"
+from ..data import metric_name  # the one rule of ppl or bpc, where the levels live
 
 
 def metric_value(loss: float, metric: str) -> float:
@@ -26,7 +23,7 @@ def named_figures(loss: float, level: str) -> dict:
     """The figures of a mean NLL (nats per token), each named for what it is: perplexity per token and bits per
     token for word and BPE tokens, bits per character (bpc) for characters, bits per byte for bytes."""
     bits = loss / math.log(2)
-    if level in ("word", "bpe"):
+    if metric_name(level) == "ppl":
         return {"ppl": metric_value(loss, "ppl"), "bits_per_token": bits}
     if level == "char":
         return {"bpc": bits}

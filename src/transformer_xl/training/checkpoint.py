@@ -140,31 +140,41 @@ def save_checkpoint(run_dir: Path, step: int, write_model, optimizer_state: dict
     """
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:08d}"
-    tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
+    final = _replace_dir(root / f"step_{step:08d}",  # re-saving a step (e.g. after a resume) replaces it
+                         lambda tmp: _write_checkpoint_dir(tmp, write_model, optimizer_state, trainer_state,
+                                                           state_tensors, write_extra))
+    prune_checkpoints(run_dir, keep)
+    return final
+
+
+def _replace_dir(final: Path, fill) -> Path:
+    """Build a folder under a temporary name beside ``final`` (``.tmp_NAME_PID``: ``fill(tmp)`` writes into it,
+    new and empty), then rename it into place. A ``final`` already there is unmarked (a checkpoint loses its
+    marker first), moved aside (``.old_NAME_PID``) and removed once the new one is in place. On any failure the
+    temporary folder is removed. Both names match :data:`TEMPORARY`, which a later run clears."""
+    tmp = final.with_name(f".tmp_{final.name}_{os.getpid()}")
     try:
-        _write_checkpoint_dir(tmp, write_model, optimizer_state, trainer_state, state_tensors, write_extra)
-        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-            old = root / f".old_step_{step:08d}_{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        fill(tmp)
+        if final.exists():
+            old = final.with_name(f".old_{final.name}_{os.getpid()}")
             _unmark(final)
             os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old)
         else:
             os.replace(tmp, final)
-        _fsync_dir(root)
+        _fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    prune_checkpoints(run_dir, keep)
     return final
 
 
 def _write_checkpoint_dir(tmp: Path, write_model, optimizer_state: dict, trainer_state: dict,
                           state_tensors: Dict[str, torch.Tensor], write_extra) -> None:
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     write_model(tmp)
     write_extra(tmp)
     opt_tensors, opt_meta = optimizer_to_safe(optimizer_state)
@@ -266,31 +276,17 @@ def check_global_batch(directory: Path, batch_size: int) -> None:
 def copy_as_best(source: Path, run_dir: Path, names=None, info: Optional[dict] = None) -> Path:
     """Replace ``RUN_DIR/best`` by a copy of a checkpoint's model files (``names``: default all but the training
     state) and ``best.json`` (``info``), atomically: a temporary folder renamed into place."""
-    best = Path(run_dir) / "best"
-    tmp = Path(run_dir) / f".tmp_best_{os.getpid()}"
-    try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        names = names if names is not None else [p.name for p in Path(source).iterdir() if p.name not in TRAINING_ONLY]
+    names = names if names is not None else [p.name for p in Path(source).iterdir() if p.name not in TRAINING_ONLY]
+
+    def fill(tmp: Path) -> None:
         for name in names:
             if (source / name).exists():
                 shutil.copy2(source / name, tmp / name)
         if info is not None:
             write_json(tmp / BEST_INFO, info)
         _fsync_dir(tmp)
-        if best.exists():
-            old = Path(run_dir) / f".old_best_{os.getpid()}"
-            os.replace(best, old)
-            os.replace(tmp, best)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, best)
-        _fsync_dir(Path(run_dir))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return best
+
+    return _replace_dir(Path(run_dir) / "best", fill)
 
 
 def best_info(run_dir) -> Optional[dict]:

@@ -21,7 +21,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..model.attention import AttentionChoice
-from ..model.config import TransformerXLConfig
+from ..model.config import RunLengths, TransformerXLConfig
 
 
 @dataclass
@@ -86,6 +86,9 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
+    """The ``eval:`` section: how training evaluates, and ``txl eval``'s defaults for a run. The lengths are those
+    of :class:`RunLengths`, each None for the training value; :meth:`lengths` gives the one typed object."""
+
     batch_size: int = 10
     tgt_len: Optional[int] = None  # None: the training value
     mem_len: Optional[int] = None
@@ -93,6 +96,10 @@ class EvalConfig:
     clamp_len: Optional[int] = None
     same_length: Optional[bool] = None
     max_steps: Optional[int] = None  # evaluate on at most this many segments during training
+
+    def lengths(self, training: RunLengths) -> RunLengths:
+        """The evaluation lengths: those this section sets, the ``training`` lengths for the others."""
+        return training.replace(**{k: getattr(self, k) for k in RunLengths.FIELDS})
 
 
 SECTIONS = {"model": TransformerXLConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
@@ -171,7 +178,11 @@ class RunConfig:
             raise ConfigError(f"max_time: must be positive, got {t.max_time}")
         if self.eval.batch_size < 1:
             raise ConfigError(f"eval.batch_size: must be at least 1, got {self.eval.batch_size}")
-        self.model_config(n_token=max(2, max(self.model.given.get("cutoffs") or [0]) + 1))  # validates model fields
+        model = self.model_config(n_token=max(2, max(self.model.given.get("cutoffs") or [0]) + 1))  # validates it
+        try:  # as the model will check them at the first evaluation
+            self.eval.lengths(RunLengths.of(model)).check(model)
+        except ConfigError as exc:
+            raise ConfigError(f"eval.{exc}") from None
 
 
 def _choice(name: str, value, allowed: Sequence) -> None:

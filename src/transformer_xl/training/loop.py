@@ -22,9 +22,9 @@ from typing import List, Optional
 
 import torch
 
-from ..data import LMOrderedIterator, align_labels, load_corpus, load_text_corpus, load_vocab
+from ..data import LMOrderedIterator, align_labels, load_run_corpus, load_vocab
 from ..devices import autocast_dtype, resolve_device
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError
 from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
 from ..model import TransformerXL, TransformerXLConfig
@@ -60,22 +60,16 @@ class TrainResult:
 
 
 def load_data(cfg: RunConfig, vocab_dir=None):
-    """The corpus named by the data section (see :mod:`transformer_xl.data`).
+    """The run's corpus (:func:`transformer_xl.data.load_run_corpus`).
 
     A fine-tuning run (``train.init_from``) encodes it with the vocabulary of ``vocab_dir`` (default: the
     ``--init-from`` checkpoint's; a resumed run passes its own checkpoint), see :mod:`.finetune`.
     """
-    d = cfg.data
-    if cfg.train.init_from:
-        source = finetune.resolve_init_dir(cfg.train.init_from) if vocab_dir is None else Path(vocab_dir)
-        vocab = finetune.load_init_source(source).vocab if vocab_dir is None else load_vocab(source)
-        return finetune.load_finetune_corpus(d, vocab, source)
-    if d.dataset == "text":
-        if not d.train_file:
-            raise DataError("dataset 'text' needs --train-file PATH (and optionally --valid-file, --test-file)")
-        return load_text_corpus(d.train_file, d.valid_file, d.test_file, level=d.level,
-                                bpe_vocab_size=d.bpe_vocab_size, cache_dir=d.cache_dir)
-    return load_corpus(d.dataset, data_dir=d.data_dir, cache_dir=d.cache_dir)
+    if not cfg.train.init_from:
+        return load_run_corpus(cfg.data)
+    source = finetune.resolve_init_dir(cfg.train.init_from) if vocab_dir is None else Path(vocab_dir)
+    vocab = finetune.load_init_source(source).vocab if vocab_dir is None else load_vocab(source)
+    return load_run_corpus(cfg.data, vocab, source)
 
 
 class Trainer:
@@ -237,8 +231,7 @@ class Trainer:
         # the ranks split the evaluation rows when they divide evenly; otherwise each reads them all
         split_rows = e.batch_size % self.dist.world_size == 0
         return evaluate(self.model, data, EvalSettings(
-            batch_size=e.batch_size, tgt_len=e.tgt_len, mem_len=e.mem_len, ext_len=e.ext_len, clamp_len=e.clamp_len,
-            same_length=e.same_length, level=self.corpus.level,
+            batch_size=e.batch_size, lengths=e.lengths(self.model.lengths), level=self.corpus.level,
             max_steps=max_steps if max_steps is not None else e.max_steps, device=self.device,
             autocast_dtype=self.amp_dtype, rank=self.dist.rank if split_rows else 0,
             world_size=self.dist.world_size if split_rows else 1))
@@ -247,7 +240,7 @@ class Trainer:
         """`` (first N of M segments)`` when validation reads only the first ``eval.max_steps`` segments of the
         valid split (what ``txl eval --split valid --batch-size B --max-steps N`` reads), else ``''``."""
         e = self.cfg.eval
-        total = len(LMOrderedIterator(self.corpus.valid, e.batch_size, e.tgt_len or self.model.config.tgt_len))
+        total = len(LMOrderedIterator(self.corpus.valid, e.batch_size, e.lengths(self.model.lengths).tgt_len))
         return f" (first {e.max_steps} of {total} segments)" if e.max_steps is not None and e.max_steps < total else ""
 
     def state_dict(self, elapsed: float) -> dict:

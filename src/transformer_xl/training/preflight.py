@@ -18,6 +18,7 @@ from typing import Callable, Optional, Union
 
 from ..data import LMOrderedIterator
 from ..errors import DataError, TXLError
+from ..model import RunLengths
 
 # what a full, read-only or unwritable disk raises while a run writes
 WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
@@ -156,10 +157,10 @@ def check_splits(corpus, cfg, model_config, world_size: int, sources: Optional[d
 
     check_split(corpus.train, label("train"), cfg.train.batch_size, model_config.tgt_len, model_config.ext_len,
                 world_size, "--batch-size")
-    eval_tgt = e.tgt_len or model_config.tgt_len
-    eval_ext = model_config.ext_len if e.ext_len is None else e.ext_len
+    lengths = e.lengths(RunLengths.of(model_config))
     for split in ("valid", "test"):
-        check_split(getattr(corpus, split), label(split), e.batch_size, eval_tgt, eval_ext, 1, "--eval.batch-size")
+        check_split(getattr(corpus, split), label(split), e.batch_size, lengths.tgt_len, lengths.ext_len, 1,
+                    "--eval.batch-size")
 
 
 def split_sources(data_cfg) -> dict:
