@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .linear import linear
+
 
 def _cluster_bounds(n_token: int, cutoffs: List[int]) -> List[int]:
     """``[0, c_1, ..., c_n, V]``."""
@@ -125,7 +127,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         weight, bias, proj = self._cluster_params(i)
         if proj is not None:
             hidden = F.linear(hidden, proj.t())  # [N, d_emb_i]
-        return F.linear(hidden, weight, bias)  # [N, V_i]
+        return linear(hidden, weight, bias)  # [N, V_i] (threads split the few-row products of decoding)
 
     def _logprob(self, hidden: Tensor, i: int) -> Tensor:
         """Float32 log-softmax over cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""

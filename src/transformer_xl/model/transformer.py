@@ -25,6 +25,7 @@ from .attention import RelPartialLearnableMultiHeadAttn, Visibility, attention_b
 from .config import RunLengths, TransformerXLConfig
 from .dropout import Dropout
 from .io import PretrainedMixin
+from .linear import Linear
 from .memory import Mems, empty_mems, shift_mems, update_mems, update_mems_mask
 from .positions import position_scheme
 
@@ -53,8 +54,8 @@ class PositionwiseFF(nn.Module):
         self.pre_lnorm = pre_lnorm
         self.CoreNet = nn.Sequential(
             # ReLU out of place: in place on the Linear's 3-D output (a view) costs three copies in backward.
-            nn.Linear(d_model, d_inner), nn.ReLU(), Dropout(dropout),
-            nn.Linear(d_inner, d_model), Dropout(dropout),
+            Linear(d_model, d_inner), nn.ReLU(), Dropout(dropout),
+            Linear(d_inner, d_model), Dropout(dropout),
         )
         self.layer_norm = nn.LayerNorm(d_model, eps=eps)
 

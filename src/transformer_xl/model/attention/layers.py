@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..dropout import Dropout
+from ..linear import Linear, linear
 from .backends import AttentionCall, AttentionChoice, KeyValueRows, attention_backend, backend_names, masked_softmax_attend
 from .relative import rel_attn_score, rel_shift
 from .visibility import Visibility
@@ -49,7 +50,7 @@ class AttentionBase(nn.Module):
         self.pre_lnorm = pre_lnorm
         self.drop = Dropout(dropout)
         self.dropatt = Dropout(dropatt)
-        self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
+        self.o_net = Linear(n_head * d_head, d_model, bias=False)
         self.layer_norm = nn.LayerNorm(d_model, eps=layer_norm_epsilon)
 
     def heads(self, x: Tensor) -> Tensor:
@@ -84,7 +85,7 @@ class QKVAttention(AttentionBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.qkv_net = nn.Linear(self.d_model, 3 * self.n_head * self.d_head, bias=False)
+        self.qkv_net = Linear(self.d_model, 3 * self.n_head * self.d_head, bias=False)
 
     def project(self, h: Tensor, mems: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
         """Queries for the current segment only; keys and values for memory + segment.
@@ -101,8 +102,8 @@ class QKVAttention(AttentionBase):
             q, k, v = self.qkv_net(cat).split(hd, dim=-1)  # 3 x [B, L, H*D]
         else:
             weight = self.qkv_net.weight  # [3*H*D, d]
-            q = F.linear(cat[:, -qlen:], weight[:hd])  # [B, L, H*D]
-            k, v = F.linear(cat, weight[hd:]).split(hd, dim=-1)  # 2 x [B, K, H*D]
+            q = linear(cat[:, -qlen:], weight[:hd])  # [B, L, H*D]
+            k, v = linear(cat, weight[hd:]).split(hd, dim=-1)  # 2 x [B, K, H*D]
         return self.heads(q), self.heads(k), self.heads(v)
 
 
@@ -116,7 +117,7 @@ class RelPartialLearnableMultiHeadAttn(QKVAttention):
     def __init__(self, n_head, d_model, d_head, dropout, dropatt, pre_lnorm,
                  layer_norm_epsilon=1e-5, untie_r: bool = False):
         super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, layer_norm_epsilon)
-        self.r_net = nn.Linear(d_model, n_head * d_head, bias=False)
+        self.r_net = Linear(d_model, n_head * d_head, bias=False)
         if untie_r:
             self.r_w_bias = nn.Parameter(torch.zeros(n_head, d_head))
             self.r_r_bias = nn.Parameter(torch.zeros(n_head, d_head))
@@ -152,7 +153,7 @@ class RelPartialLearnableMultiHeadAttn(QKVAttention):
     def queries(self, h: Tensor) -> Tensor:
         """Queries of the segment only: ``[B, L, d] -> [B, H, L, D]``."""
         hd = self.n_head * self.d_head
-        return self.heads(F.linear(self.layer_norm(h) if self.pre_lnorm else h, self.qkv_net.weight[:hd]))
+        return self.heads(linear(self.layer_norm(h) if self.pre_lnorm else h, self.qkv_net.weight[:hd]))
 
     def forward(self, h: Tensor, pos: Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]], vis: Visibility,
                 mems: Optional[Tensor] = None, cache=None) -> Tensor:
@@ -217,8 +218,8 @@ class MultiHeadAttn(AttentionBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.q_net = nn.Linear(self.d_model, self.n_head * self.d_head, bias=False)
-        self.kv_net = nn.Linear(self.d_model, 2 * self.n_head * self.d_head, bias=False)
+        self.q_net = Linear(self.d_model, self.n_head * self.d_head, bias=False)
+        self.kv_net = Linear(self.d_model, 2 * self.n_head * self.d_head, bias=False)
 
     def forward(self, h: Tensor, pos: None, vis: Visibility, mems: Optional[Tensor] = None) -> Tensor:
         """h ``[B, L, d]``, mems ``[B, M, d]`` (positions already added; ``pos`` is unused) -> ``[B, L, d]``."""
