@@ -74,6 +74,7 @@ def main() -> None:
                           ("tgt-len", 128), ("mem-len", 128), ("batch", 8), ("vocab", 10000)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--dropatt", type=float, default=0.0)
     parser.add_argument("--lr", type=float, default=2.5e-4)
     args = parser.parse_args()
     if args.threads:

@@ -71,7 +71,7 @@ def build_ours(args):
 
     cfg = TransformerXLConfig(n_token=args.vocab, n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
                               d_head=args.d_head, d_inner=args.d_inner, tgt_len=args.tgt_len, mem_len=args.mem_len,
-                              dropout=args.dropout, dropatt=0.0, cutoffs=[], tie_weight=True)
+                              dropout=args.dropout, dropatt=getattr(args, "dropatt", 0.0), cutoffs=[], tie_weight=True)
     torch.manual_seed(0)
     return TransformerXL(cfg)
 
@@ -145,9 +145,9 @@ class Theirs:
 
 def check_same(original, args, rows) -> float:
     """Largest per-token loss difference over three segments with memory, dropout off."""
-    saved, args.dropout = args.dropout, 0.0
+    saved, args.dropout, args.dropatt = (args.dropout, args.dropatt), 0.0, 0.0
     ours, theirs = build_pair(original, args)
-    args.dropout = saved
+    args.dropout, args.dropatt = saved
     a, b, L, worst = Ours(ours, args), Theirs(theirs, args), args.tgt_len, 0.0
     for s in range(3):
         inp, tgt = rows[:, s * L:(s + 1) * L], rows[:, s * L + 1:(s + 1) * L + 1]
@@ -193,6 +193,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=10000)
     parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--dropatt", type=float, default=0.0)
     parser.add_argument("--lr", type=float, default=2.5e-4)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=4, help="timed steps per round and model")
