@@ -33,8 +33,6 @@ from torch import Tensor, nn
 
 from ..model import TransformerXL
 from ..model.attention import Visibility
-from ..model.attention.backends import masked_softmax_attend
-from ..model.attention.layers import merge_heads
 from ..model.attention.relative import distances, sinusoid_table
 
 
@@ -64,26 +62,51 @@ class DecodeGraph(nn.Module):
 
     def forward(self, input_ids: Tensor, keys: Tensor, values: Tensor, hidden: Tensor, position: Tensor,
                 segment_start: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        m, s = self.model, self.slots
+        s = self.slots
         new_hidden = torch.cat([hidden[:, 1:], torch.zeros_like(hidden[:, :1])], dim=1)  # [B, S]
         slot = torch.arange(s, device=input_ids.device)  # [S]
         unseen = (slot[None, :] < s - self.visible(position, segment_start)[:, None]) | new_hidden  # [B, S]
-        vis = Visibility(1, s - 1, unseen[:, None, :], 0, kernel_rule=False)  # mask [B, 1, S]
-        h = m.drop(m.word_emb(input_ids))  # [B, 1, d]
-        u, v_bias = getattr(m, "r_w_bias", None), getattr(m, "r_r_bias", None)
-        new_keys, new_values = [], []
-        for i, layer in enumerate(m.layers):
-            attn = layer.dec_attn
-            u_i, v_i = attn.biases(u, v_bias)
-            q, k, v = attn.project(h)  # [B, H, 1, D]
-            k_all = torch.cat([keys[i][:, :, 1:], k], dim=2)  # [B, H, S, D]
-            v_all = torch.cat([values[i][:, :, 1:], v], dim=2)
-            score = attn.score(q, k_all, self.r_k[i], u_i, v_i)  # [B, H, 1, S]
-            h = layer.pos_ff(attn.output(h, merge_heads(masked_softmax_attend(score, v_all, vis, attn.dropatt))))
-            new_keys.append(k_all)
-            new_values.append(v_all)
-        log_probs = m.crit.log_probs(m.drop(h)[:, -1])  # [B, V]
-        return log_probs, torch.stack(new_keys), torch.stack(new_values), new_hidden
+        cache = SlotCache(keys, values, self.r_k, Visibility(1, s - 1, unseen[:, None, :], 0, kernel_rule=False))
+        out = self.model(input_ids, cache=cache)  # the model's own layers and attention back-end
+        log_probs = self.model.crit.log_probs(out.hidden_states[:, -1])  # [B, V]
+        return log_probs, torch.stack(cache.new_keys), torch.stack(cache.new_values), new_hidden
+
+
+class SlotCache:
+    """The decoding-cache protocol of the model's forward (as :class:`~transformer_xl.generation.DecodingCache`)
+    over a fixed number of slots: each layer's state ``keys[i], values[i] [B, H, S, D]`` loses its oldest slot
+    and takes the new token's projections last; the position keys are the graph's constants ``r_k [n_layer, H,
+    S+1, D]``; which slots the token sees is ``vis``, decided by the graph."""
+
+    def __init__(self, keys: Tensor, values: Tensor, r_k: Tensor, vis: Visibility):
+        self.keys, self.values, self.r_k, self.vis = keys, values, r_k, vis
+        self.new_keys, self.new_values = [], []
+
+    def begin(self, input_ids: Tensor, padding_mask=None) -> Visibility:
+        return self.vis
+
+    def layer(self, i: int) -> "SlotCache._Layer":
+        return SlotCache._Layer(self, i)
+
+    def end(self) -> None:
+        pass
+
+    class _Layer:
+        def __init__(self, cache: "SlotCache", i: int):
+            self.cache, self.i = cache, i
+
+        def update(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+            """``k, v [B, H, 1, D]`` -> the shifted state with them last: 2 x ``[B, H, S, D]``."""
+            c = self.cache
+            k_all = torch.cat([c.keys[self.i][:, :, 1:], k], dim=2)
+            v_all = torch.cat([c.values[self.i][:, :, 1:], v], dim=2)
+            c.new_keys.append(k_all)
+            c.new_values.append(v_all)
+            return k_all, v_all
+
+        def position_keys(self, klen: int) -> Tensor:
+            """``[H, S+1, D]`` for distances ``S .. 0`` (``klen`` is ``S``)."""
+            return self.cache.r_k[self.i]
 
 
 @torch.no_grad()
@@ -104,4 +127,4 @@ def fresh_state(model: TransformerXL, batch_size: int, slots: int) -> Tuple[Tens
     return keys, values, hidden
 
 
-__all__ = ["DecodeGraph", "fresh_state"]
+__all__ = ["DecodeGraph", "SlotCache", "fresh_state"]

@@ -12,8 +12,7 @@ Back-ends compute the same thing and differ in how:
 ==========  ======================================================================================
 name        how
 ==========  ======================================================================================
-plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device); without
-            gradients, one fused ``scaled_dot_product_attention`` with the position term as its bias
+plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device)
 streamed    keys ``chunk`` at a time with an online softmax and a recomputing backward, so neither the
             ``[B, H, L, K]`` scores nor the projected memory are held whole (:mod:`.streamed`)
 triton      a fused CUDA kernel (:mod:`.triton_kernel`); where it cannot run, streamed or plain
@@ -35,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import triton_kernel
-from .relative import rel_attn_score, rel_shift
+from .relative import rel_attn_score
 from .streamed import streamed_rel_attention
 from .visibility import Visibility
 
@@ -183,40 +182,10 @@ def masked_softmax_attend(score: Tensor, v: Tensor, vis: Visibility, dropatt: nn
 
 # ---------------------------------------------------------------------------------------------- back-ends
 def plain_attention(call: AttentionCall) -> Tensor:
-    """The reference: the shift-trick score (:func:`~.relative.rel_attn_score`) and a masked softmax.
-
-    Where nothing needs a gradient and nothing is dropped (evaluation, decoding), the same sums go through
-    :func:`fused_inference_attention` instead.
-    """
+    """The reference: the shift-trick score (:func:`~.relative.rel_attn_score`) and a masked softmax."""
     k, v = call.keys_values()
-    if fused_inference_applies(call, k, v):
-        return fused_inference_attention(call, k, v)
     score = rel_attn_score(call.q, k, call.r_k, call.u, call.v_bias, call.scale)  # [B, H, L, K]
     return masked_softmax_attend(score, v, call.vis, call.dropatt)
-
-
-def fused_inference_applies(call: AttentionCall, k: Tensor, v: Tensor) -> bool:
-    """No gradient wanted, no attention dropout, no autocast (whose softmax the plain path keeps in fp32)."""
-    if call.dropout_active or torch.is_autocast_enabled(call.q.device.type):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, k, v, call.r_k, call.u, call.v_bias)))
-
-
-def fused_inference_attention(call: AttentionCall, k: Tensor, v: Tensor) -> Tensor:
-    """The plain path's result with the content score, softmax and weighted sum in one fused
-    ``scaled_dot_product_attention`` call: the position term ``(q_i + v) . W_r R_{i-j}`` (shift trick) with
-    the forbidden keys at ``-inf`` is its additive bias. ``q``, ``k`` and ``v`` are read in their strided head
-    layout, and the ``[B, H, L, K]`` scores are never written to memory. Without gradients only: with them,
-    PyTorch's CPU kernels were slower than the plain path."""
-    q_v = (call.q + call.v_bias[:, None]) * call.scale  # [B, H, L, D]
-    bias = rel_shift(torch.matmul(q_v, call.r_k.transpose(-1, -2)))  # [B, H, L, K], a view of a fresh tensor
-    mask = call.vis.mask
-    if mask is not None:
-        mask = mask[:, None] if mask.dim() == 3 else mask  # [B|1, 1|L, L, K]
-        start = call.vis.mask_start
-        bias[..., start:].masked_fill_(mask[..., start:], float("-inf"))
-    q_u = call.q + call.u[:, None]  # [B, H, L, D]
-    return F.scaled_dot_product_attention(q_u, k, v, attn_mask=bias.to(q_u.dtype), scale=call.scale)
 
 
 def streamed_attention(call: AttentionCall) -> Tensor:
@@ -245,5 +214,5 @@ register_attention("plain", plain_attention)
 register_attention("streamed", streamed_attention, takes_rows=True)
 register_attention("triton", triton_attention, takes_rows=True)
 
-__all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names",
-           "fused_inference_attention", "masked_softmax_attend", "plain_attention", "register_attention", "split_heads", "streamed_attention", "triton_attention"]
+__all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "masked_softmax_attend",
+           "plain_attention", "register_attention", "split_heads", "streamed_attention", "triton_attention"]
