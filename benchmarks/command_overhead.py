@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,19 +47,16 @@ def train_run(run: Path, ptb: Path) -> None:
 
 
 @torch.no_grad()
-def model_level(model, ids: torch.Tensor, batch: int, rounds: int = 1) -> float:
+def model_level(model, ids: torch.Tensor, batch: int) -> float:
     """Tokens/s of the bare segment loop over ``ids`` cut into ``batch`` rows."""
     n = ids.numel() // batch
     rows = ids[: n * batch].view(batch, n)  # [B, T] as the ordered iterator cuts it
-    L, best = model.tgt_len, 0.0
-    for _ in range(rounds):
-        mems, tokens, start = None, 0, time.perf_counter()
-        for s in range(0, n - 1, L):
-            inp, tgt = rows[:, s:min(s + L, n - 1)], rows[:, s + 1:min(s + L, n - 1) + 1]
-            mems = model(inp, tgt, mems=mems).mems
-            tokens += tgt.numel()
-        best = max(best, tokens / (time.perf_counter() - start))
-    return best
+    mems, tokens, start, L = None, 0, time.perf_counter(), model.tgt_len
+    for s in range(0, n - 1, L):
+        inp, tgt = rows[:, s:min(s + L, n - 1)], rows[:, s + 1:min(s + L, n - 1) + 1]
+        mems = model(inp, tgt, mems=mems).mems
+        tokens += tgt.numel()
+    return tokens / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -68,7 +66,7 @@ def main() -> None:
     parser.add_argument("--run", help="an existing run on PTB (default: train a base-like one for 2 steps)")
     parser.add_argument("--batch-size", type=int, default=10, help="txl eval's default")
     parser.add_argument("--score-tokens", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     from transformer_xl import open_checkpoint
     from transformer_xl.data import load_corpus
@@ -83,10 +81,12 @@ def main() -> None:
         ckpt = open_checkpoint(str(run))
         model = ckpt.model.eval()
         valid = torch.from_numpy(load_corpus("ptb", data_dir=args.ptb).valid.astype("int64"))
-        eval_model = model_level(model, valid, args.batch_size, args.rounds)
         cmd = ["txl", "eval", str(run), "--split", "valid", "--batch-size", str(args.batch_size), "--json"]
-        eval_cmd = max(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["tokens_per_s"]
-                       for _ in range(args.rounds))
+        eval_pairs = []  # (model level, command), alternating
+        for _ in range(args.rounds):
+            level = model_level(model, valid, args.batch_size)
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            eval_pairs.append((level, out["tokens_per_s"]))
         text, n = [], 0
         for line in (Path(args.ptb) / "ptb.valid.txt").read_text(encoding="utf-8").splitlines(keepends=True):
             text.append(line)
@@ -95,22 +95,26 @@ def main() -> None:
                 break
         text = "".join(text)
         ids = torch.tensor(ckpt.tokenizer.encode(text))  # what txl score reads
-        score_model = model_level(model, ids, 1, args.rounds)
-        best = 0.0
+        score_pairs = []
         for _ in range(args.rounds):
+            level = model_level(model, ids, 1)
             start = time.perf_counter()
             result = ckpt.score(text, doc_sep="none")
-            best = max(best, result.tokens / (time.perf_counter() - start))
+            score_pairs.append((level, result.tokens / (time.perf_counter() - start)))
     L, M = model.tgt_len, model.mem_len
     print(f"run {run.name}: {model.config.n_layer} layers, d_model {model.config.d_model}, tgt_len {L}, mem_len {M}; "
           f"PTB valid ({valid.numel():,} tokens)")
+    print(f"{args.rounds} rounds, each the model level then the command; tokens/s are medians, the share is the "
+          "median of the per-round ratios")
     print("| path | batch | tokens/s | share of the model level |")
     print("|---|---|---|---|")
-    print(f"| model level (bare loop) | {args.batch_size} | {eval_model:,.0f} | 100% |")
-    print(f"| `txl eval --split valid` | {args.batch_size} | {eval_cmd:,.0f} | **{eval_cmd / eval_model:.0%}** |")
-    print(f"| model level (bare loop), the same {ids.numel():,} tokens | 1 | {score_model:,.0f} | 100% |")
-    print(f"| `txl score --doc-sep none` (in-process, tokenizing included) | 1 | {best:,.0f} | **{best / score_model:.0%}** |")
-
+    for label, batch, pairs in ((f"`txl eval --split valid`", args.batch_size, eval_pairs),
+                                (f"`txl score --doc-sep none` on {ids.numel():,} tokens (in-process, tokenizing included)",
+                                 1, score_pairs)):
+        level, command = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+        share = statistics.median(c / m for m, c in pairs)
+        print(f"| model level (bare loop) | {batch} | {level:,.0f} | 100% |")
+        print(f"| {label} | {batch} | {command:,.0f} | **{share:.0%}** |")
 
 if __name__ == "__main__":
     main()
