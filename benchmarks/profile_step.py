@@ -25,7 +25,8 @@ from common import cpu_description  # noqa: E402
 from train_step import token_stream  # noqa: E402
 from vs_original import Ours, Theirs, build_ours, build_pair, load_original  # noqa: E402
 
-GROUPS = (
+GROUPS = (  # matched as substrings of the op name, in this order
+    ("fused attention", ("scaled_dot_product",)),
     ("matmul", ("mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "einsum", "_mkl", "mkldnn")),
     ("softmax", ("softmax", "log_softmax", "_softmax", "logsumexp")),
     ("layer norm", ("layer_norm",)),
@@ -33,11 +34,11 @@ GROUPS = (
     ("optimiser", ("adam", "_foreach", "_fused", "lerp", "addcdiv", "addcmul", "sqrt")),
     ("copies and layout", ("copy_", "cat", "clone", "contiguous", "empty_strided", "as_strided", "index",
                            "gather", "scatter", "masked_fill", "fill_", "zero_", "zeros", "triu", "tril", "pad",
-                           "embedding", "stack", "flip", "repeat")),
-    ("reductions", ("sum", "mean", "max", "norm", "amax")),
-    ("element-wise", ("add", "mul", "sub", "div", "relu", "threshold", "neg", "where", "exp", "clamp", "sin",
-                      "cos", "rsub", "ne", "eq", "lt", "gt", "ge", "le", "pow")),
+                           "embedding", "stack", "flip", "repeat", "_to_copy")),
+    ("reductions", ("sum", "mean", "amax", "norm", "max")),
 )
+ELEMENTWISE = {"add", "mul", "sub", "div", "relu", "threshold", "neg", "where", "exp", "clamp", "sin", "cos", "rsub",
+               "ne", "eq", "lt", "gt", "ge", "le", "pow", "expand"}  # matched as the op's first word
 
 
 def group_of(name: str) -> str:
@@ -45,6 +46,8 @@ def group_of(name: str) -> str:
     for group, keys in GROUPS:
         if any(k.lower() in short for k in keys):
             return group
+    if short.strip("_").split("_")[0] in ELEMENTWISE:
+        return "element-wise"
     return "other"
 
 
@@ -96,7 +99,7 @@ def main() -> None:
         names = list(results)
         print("| op group | " + " | ".join(f"{n} ms | {n} share" for n in names) + " |")
         print("|---|" + "---|---|" * len(names))
-        groups = [g for g, _ in GROUPS] + ["other"]
+        groups = [g for g, _ in GROUPS] + ["element-wise", "other"]
         for g in groups:
             cells = []
             for n in names:
