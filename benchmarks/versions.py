@@ -8,6 +8,7 @@ batch 8, vocabulary 10k, dropout 0.1, Adam); decoding is batch 1 with mem_len 20
 
     git worktree add /tmp/old <commit>
     python benchmarks/versions.py /tmp/old/src src --rounds 5
+    python benchmarks/versions.py /tmp/old/src src --model '{"cutoffs": [2000, 6000], "div_val": 2}'
 
 Prints the CPU model and its flags first (the figures depend on them).
 """
@@ -29,11 +30,11 @@ WORKER = r'''
 import json, sys, time, statistics, torch
 torch.manual_seed(0)
 torch.set_num_threads(int(sys.argv[1]))
-steps, decode_mem = int(sys.argv[2]), int(sys.argv[3])
+steps, decode_mem, fields = int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 from transformer_xl import TransformerXL, TransformerXLConfig
 from transformer_xl.generation import DecodingCache
-cfg = TransformerXLConfig(n_token=10000, n_layer=4, n_head=8, d_model=256, d_head=32, d_inner=1024,
-                          tgt_len=128, mem_len=128, dropout=0.1)
+cfg = TransformerXLConfig(**{**dict(n_token=10000, n_layer=4, n_head=8, d_model=256, d_head=32, d_inner=1024,
+                                    tgt_len=128, mem_len=128, dropout=0.1), **fields})
 model = TransformerXL(cfg)
 opt = torch.optim.Adam(model.parameters(), lr=2.5e-4)
 g = torch.Generator().manual_seed(1)
@@ -60,25 +61,26 @@ def eval_step(i):
     x = data[:, i * 128:(i + 1) * 128]; y = data[:, i * 128 + 1:(i + 1) * 128 + 1]
     eval_mems[0] = model(x, y, mems=eval_mems[0]).mems
 
-model.eval()
-model.reset_length(1, 0, decode_mem)
-cache = DecodingCache(model, 1)
-with torch.no_grad():
-    cache.extend(data[:1, :decode_mem])
-@torch.no_grad()
-def decode_step(i):
-    model.crit.log_probs(cache.extend(data[:1, i:i + 1])[:, -1])
-
-result = {"train_ms": timed(train_step, steps), "decode_ms": timed(decode_step, 4 * steps)}
-model.reset_length(128, 0, 128)
+result = {"train_ms": timed(train_step, steps), "decode_ms": float("nan")}
+if cfg.attn_type == 0:  # cached decoding is the relative attention's
+    model.eval()
+    model.reset_length(1, 0, decode_mem)
+    cache = DecodingCache(model, 1)
+    with torch.no_grad():
+        cache.extend(data[:1, :decode_mem])
+    @torch.no_grad()
+    def decode_step(i):
+        model.crit.log_probs(cache.extend(data[:1, i:i + 1])[:, -1])
+    result["decode_ms"] = timed(decode_step, 4 * steps)
+    model.reset_length(128, 0, 128)
 result["eval_ms"] = timed(eval_step, steps)
 print(json.dumps(result))
 '''
 
 
-def run(src: str, threads: int, steps: int, decode_mem: int) -> dict:
+def run(src: str, threads: int, steps: int, decode_mem: int, fields: dict) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
-    out = subprocess.run([sys.executable, "-c", WORKER, str(threads), str(steps), str(decode_mem)], env=env,
+    out = subprocess.run([sys.executable, "-c", WORKER, str(threads), str(steps), str(decode_mem), json.dumps(fields)], env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -91,12 +93,16 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--decode-mem", type=int, default=2048)
+    p.add_argument("--model", default="{}", help='config fields over the base-like model, as JSON, e.g. '
+                   '\'{"cutoffs": [2000, 6000], "div_val": 2}\' or \'{"attn_type": 3}\'')
     args = p.parse_args()
+    fields = json.loads(args.model)
     print(cpu_description())
+    print(f"base-like model with {fields or 'no changes'}")
     results = {"old": [], "new": []}
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            results[name].append(run(getattr(args, name), args.threads, args.steps, args.decode_mem))
+            results[name].append(run(getattr(args, name), args.threads, args.steps, args.decode_mem, fields))
     print(f"| workload | {args.old} ms | {args.new} ms | new / old |")
     print("|---|---|---|---|")
     for key, label in (("train_ms", "training step"), ("eval_ms", "evaluation segment"),

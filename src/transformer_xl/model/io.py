@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .. import __version__
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, one_line
 from ..files import atomic_write  # the package's one atomic writer (still importable from here)
 from ..hub import CONFIG_NAME, WEIGHTS_NAME, Located, locate
 from .config import TransformerXLConfig
@@ -51,7 +51,7 @@ def load_safetensors(path) -> Dict[str, torch.Tensor]:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({_one_line(exc)})") from None
+        raise CheckpointError(f"{path}: not a readable safetensors file ({one_line(exc)})") from None
 
 
 def load_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: str) -> None:
@@ -146,20 +146,11 @@ def load_state_dict_file(path) -> Dict[str, torch.Tensor]:
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a foreign or damaged file can make torch's restricted unpickler raise anything
-        raise CheckpointError(f"{path}: not a readable state dict ({type(exc).__name__}: {_first_line(exc)})") from None
+        reason = one_line(exc, first=True, limit=200).split(". ")[0]
+        raise CheckpointError(f"{path}: not a readable state dict ({type(exc).__name__}: {reason})") from None
     if not isinstance(obj, Mapping) or not obj or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         kind = type(obj).__name__ if not isinstance(obj, Mapping) else "a mapping that is not name -> tensor"
         raise CheckpointError(f"{path}: not a state dict (found {kind})")
     return dict(obj)
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    if not lines:
-        return type(exc).__name__
-    return lines[0].split(". ")[0][:200]
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
