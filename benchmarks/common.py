@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import resource
 import time
 
@@ -57,3 +58,13 @@ def cpu_description() -> str:
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
     shown = " ".join(f for f in wanted if f in flags) or "none of avx2/avx512/amx"
     return f"CPU: {model} | {shown} | torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """The base-like model of the benchmarks, each field a flag: 4 layers, d_model 256, 8 heads of 32, d_inner
+    1024, tgt_len = mem_len = 128, batch 8, vocabulary 10k, dropout 0.1, attention dropout 0, Adam 2.5e-4."""
+    for name, default in (("n-layer", 4), ("d-model", 256), ("n-head", 8), ("d-head", 32), ("d-inner", 1024),
+                          ("tgt-len", 128), ("mem-len", 128), ("batch", 8), ("vocab", 10000)):
+        parser.add_argument(f"--{name}", type=int, default=default)
+    for name, default in (("dropout", 0.1), ("dropatt", 0.0), ("lr", 2.5e-4)):
+        parser.add_argument(f"--{name}", type=float, default=default)

@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import add_model_args, cpu_description  # noqa: E402
 from train_step import token_stream  # noqa: E402
 from vs_original import Ours, Theirs, build_ours, build_pair, load_original  # noqa: E402
 
@@ -73,12 +73,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest ops of ours")
     parser.add_argument("--threads", type=int, default=0)
-    for name, default in (("n-layer", 4), ("d-model", 256), ("n-head", 8), ("d-head", 32), ("d-inner", 1024),
-                          ("tgt-len", 128), ("mem-len", 128), ("batch", 8), ("vocab", 10000)):
-        parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--dropatt", type=float, default=0.0)
-    parser.add_argument("--lr", type=float, default=2.5e-4)
+    add_model_args(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

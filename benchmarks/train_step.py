@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MatmulReference, current_rss_bytes, peak_rss_bytes  # noqa: E402
+from common import MatmulReference, add_model_args, current_rss_bytes, peak_rss_bytes  # noqa: E402
 
 VARIANTS = ("fp32", "fp32-faults", "fp32+compile", "bf16", "bf16+compile")
 
@@ -59,7 +59,7 @@ def build(args):
 
     cfg = TransformerXLConfig(n_token=args.vocab, n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
                               d_head=args.d_head, d_inner=args.d_inner, tgt_len=args.tgt_len, mem_len=args.mem_len,
-                              dropout=args.dropout, dropatt=0.0, cutoffs=[], tie_weight=True)
+                              dropout=args.dropout, dropatt=args.dropatt, cutoffs=[], tie_weight=True)
     torch.manual_seed(0)
     return TransformerXL(cfg)
 
@@ -138,18 +138,8 @@ def count_step_flops(args) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--n-layer", type=int, default=4)
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--n-head", type=int, default=8)
-    parser.add_argument("--d-head", type=int, default=32)
-    parser.add_argument("--d-inner", type=int, default=1024)
-    parser.add_argument("--tgt-len", type=int, default=128)
-    parser.add_argument("--mem-len", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=10000)
-    parser.add_argument("--dropout", type=float, default=0.1)
+    add_model_args(parser)
     parser.add_argument("--attn-chunk", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=2.5e-4)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens here)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--variant", help=argparse.SUPPRESS)

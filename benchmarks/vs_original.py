@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import add_model_args, cpu_description  # noqa: E402
 from train_step import token_stream  # noqa: E402
 
 MODES = ("train", "eval", "bf16")
@@ -183,18 +183,7 @@ def main() -> None:
     parser.add_argument("--original", default=os.environ.get("TXL_ORIGINAL_DIR"),
                         help="the 'pytorch' folder of a clone of kimiyoung/transformer-xl")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    parser.add_argument("--n-layer", type=int, default=4)
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--n-head", type=int, default=8)
-    parser.add_argument("--d-head", type=int, default=32)
-    parser.add_argument("--d-inner", type=int, default=1024)
-    parser.add_argument("--tgt-len", type=int, default=128)
-    parser.add_argument("--mem-len", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=10000)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--dropatt", type=float, default=0.0)
-    parser.add_argument("--lr", type=float, default=2.5e-4)
+    add_model_args(parser)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=4, help="timed steps per round and model")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
