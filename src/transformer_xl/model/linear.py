@@ -41,13 +41,13 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
 
 def _split(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> int:
     """How many blocks to split the output features into (0: use ``F.linear``)."""
-    if x.device.type != "cpu" or x.dim() == 0 or torch.compiler.is_compiling():
+    if x.device.type != "cpu" or x.dim() == 0 or x.size(-1) == 0 or torch.compiler.is_compiling():
         return 0
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         return 0
     if torch.is_autocast_enabled("cpu") or x.dtype != weight.dtype or not weight.is_contiguous():
         return 0
-    if x.numel() // max(x.size(-1), 1) > FEW_ROWS or (bias is not None and not bias.is_contiguous()):
+    if x.numel() // x.size(-1) > FEW_ROWS or (bias is not None and not bias.is_contiguous()):
         return 0
     threads, out_f = torch.get_num_threads(), weight.size(0)
     while threads > 1 and out_f % threads:
