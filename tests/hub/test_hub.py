@@ -381,17 +381,20 @@ def test_push_to_hub_uploads_a_repository_that_loads_back(hub, offline, monkeypa
     assert back.tokenizer.vocab.to_dict() == ckpt.tokenizer.vocab.to_dict()
 
 
-def test_train_init_from_a_hub_id_starts_from_its_weights(hub, tmp_path):
-    """Fine-tuning from a hub id: the HuggingFace model's weights and vocabulary, a fresh schedule."""
+@pytest.mark.parametrize("revision", [None, "older"])
+def test_train_init_from_a_hub_id_starts_from_its_weights(hub, tmp_path, revision):
+    """Fine-tuning from a hub id (at main, or at an older commit with --init-revision): that commit's weights and
+    vocabulary, a fresh schedule."""
     lines = require("wikitext-2/valid.txt").read_text(encoding="utf-8").splitlines()[:200]
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run = txl(hub, "train", "--init-from", REPO, "--dataset", "text", "--train-file", tmp_path / "train.txt",
+    pinned = ["--init-revision", hub.commit_a] if revision else []
+    run = txl(hub, "train", "--init-from", REPO, *pinned, "--dataset", "text", "--train-file", tmp_path / "train.txt",
               "--run-dir", tmp_path / "run", "--cache-dir", tmp_path / "cache", "--max-steps", 1, "--lr", "1e-30",
               "--scheduler", "constant", "--dropout", "0.0", "--batch-size", 2, "--eval.batch-size", 2,
               "--eval.max-steps", 1, "--eval-interval", 1, "--progress", "false", "--tensorboard", "false")
     assert run.returncode == 0, run.stderr
     tuned = open_checkpoint(tmp_path / "run")
-    source = open_checkpoint(snapshot(hub, hub.commit_b))
+    source = open_checkpoint(snapshot(hub, hub.commit_a if revision else hub.commit_b))
     assert tuned.model.config == source.model.config
     tuned_state, source_state = tuned.model.state_dict(), source.model.state_dict()
     assert all(torch.equal(tuned_state[k], source_state[k]) for k in source_state)

@@ -71,6 +71,7 @@ class TrainConfig:
     parallel: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (sharded weights, gradients, optimiser)
     dist_timeout: float = 600.0  # seconds a collective waits for a peer before the job fails
     init_from: Optional[str] = None  # fine-tune: start from this checkpoint's weights and vocabulary (finetune.py)
+    init_revision: Optional[str] = None  # for an init_from hub id: a branch, tag or commit (default: main)
 
     def attention_choice(self) -> AttentionChoice:
         """The attention to train with: ``attention``, or its older spellings ``attn_chunk``/``fused_attention``."""
@@ -269,7 +270,7 @@ def load_run_config(name_or_path: Optional[str] = None, overrides: Sequence[str]
     if fine_tune and name_or_path is None:
         values["model"] = {}
     for section, key, value in parsed:
-        if (section, key) == ("train", "init_from") and value is not None:
+        if (section, key) in (("train", "init_from"), ("train", "init_revision")) and value is not None:
             value = str(value)
         values.setdefault(section, {})[key] = value
     return run_config_from_dict(values)

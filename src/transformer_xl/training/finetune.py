@@ -39,15 +39,19 @@ class InitSource:
         return self.located.directory
 
 
-def resolve_init_dir(path) -> Path:
+def resolve_init_dir(path, revision=None) -> Path:
     """The model folder of ``--init-from``: a folder (ours or HuggingFace's), a run's ``best/`` or last checkpoint,
-    or a hub id's snapshot."""
-    return locate(path, label="--init-from: ").directory
+    or a hub id's snapshot (at ``revision``, ``--init-revision``: a branch, tag or commit; default main)."""
+    return _locate(path, revision).directory
 
 
-def load_init_source(path) -> InitSource:
+def _locate(path, revision):
+    return locate(path, None if revision is None else str(revision), label="--init-from: ")
+
+
+def load_init_source(path, revision=None) -> InitSource:
     """Config and vocabulary of an ``--init-from`` checkpoint (the weights are read later, into the model)."""
-    located = locate(path, label="--init-from: ")
+    located = _locate(path, revision)
     try:
         config = model_config(located)
     except CheckpointError as exc:

@@ -67,7 +67,8 @@ def load_data(cfg: RunConfig, vocab_dir=None):
     """
     if not cfg.train.init_from:
         return load_run_corpus(cfg.data)
-    source = finetune.resolve_init_dir(cfg.train.init_from) if vocab_dir is None else Path(vocab_dir)
+    source = (finetune.resolve_init_dir(cfg.train.init_from, cfg.train.init_revision) if vocab_dir is None
+              else Path(vocab_dir))
     vocab = finetune.load_init_source(source).vocab if vocab_dir is None else load_vocab(source)
     return load_run_corpus(cfg.data, vocab, source)
 
@@ -112,7 +113,7 @@ class Trainer:
                                 "every machine must see --run-dir on one shared filesystem")
         init = None
         if t.init_from:  # fine-tuning: the model of the checkpoint; a run that already has checkpoints resumes them
-            init = finetune.load_init_source(t.init_from) if latest is None else None
+            init = finetune.load_init_source(t.init_from, t.init_revision) if latest is None else None
             base = init.config if init is not None else TransformerXLConfig.from_json_file(latest / "config.json")
             cfg.model = ModelSection(finetune.finetune_model_fields(cfg.model.given, base,
                                                                     init.directory if init else latest))
