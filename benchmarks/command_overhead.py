@@ -108,7 +108,7 @@ def main() -> None:
           "median of the per-round ratios")
     print("| path | batch | tokens/s | share of the model level |")
     print("|---|---|---|---|")
-    for label, batch, pairs in ((f"`txl eval --split valid`", args.batch_size, eval_pairs),
+    for label, batch, pairs in (("`txl eval --split valid`", args.batch_size, eval_pairs),
                                 (f"`txl score --doc-sep none` on {ids.numel():,} tokens (in-process, tokenizing included)",
                                  1, score_pairs)):
         level, command = (statistics.median(p[i] for p in pairs) for i in (0, 1))

@@ -45,13 +45,13 @@ def peak_rss_bytes() -> int:
 
 def cpu_description() -> str:
     """``CPU: <model name> | <the vector and matrix flags that decide the kernels>``, from /proc/cpuinfo."""
-    model, flags = "unknown", set()
+    from transformer_xl.devices import cpu_flags  # the flags the package itself decides bf16 by
+
+    model, flags = "unknown", cpu_flags() or set()
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name") and model == "unknown":
+            if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
                 break
     except OSError:
         pass

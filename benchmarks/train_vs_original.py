@@ -99,7 +99,7 @@ def run_ours(data: Path, work: Path, args, env) -> dict:
            "--num-threads", str(args.threads)]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics, end, lines = run_dir / "metrics.jsonl", None, []
+    metrics, end = run_dir / "metrics.jsonl", None
     while proc.poll() is None:
         time.sleep(0.05)
         rows = read_metrics(metrics)

@@ -28,9 +28,10 @@ class MissingExtraError(TXLError, ImportError):
     """An optional dependency (an extra of the package) is not installed; the message names the extra."""
 
 
-def one_line(exc: BaseException, first: bool = False, limit: int = 500) -> str:
-    """The message of ``exc`` fit for one error line: whitespace collapsed (with ``first``, only its first line
-    is kept), cut to ``limit`` characters; the exception's type name when it has no message."""
+def one_line(exc, first: bool = False, limit: int = 500) -> str:
+    """The message of ``exc`` (an exception, or a message's text) fit for one error line: whitespace collapsed
+    (with ``first``, only its first line is kept), cut to ``limit`` characters; an exception without a message
+    gives its type name."""
     text = str(exc).strip()
     if first:
         text = text.split("\n", 1)[0]

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DataError
 from .. import files
-from ..files import atomic_write_bytes, atomic_write_stream
+from ..files import atomic_write_stream
 
 PathLike = Union[str, "os.PathLike[str]"]
 

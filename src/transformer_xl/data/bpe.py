@@ -15,7 +15,8 @@ from typing import Iterable, Iterator, List, Sequence
 import numpy as np
 
 from ..errors import DataError, one_line
-from ._io import PathLike, TextInput, as_text, atomic_write_bytes, ids_list, resolve_save_path
+from ..files import atomic_write_bytes
+from ._io import PathLike, TextInput, as_text, ids_list, resolve_save_path
 
 log = logging.getLogger(__name__)
 

@@ -45,15 +45,14 @@ from .vocab import EOS, ByteVocab, Tokenizer, Vocab
 log = logging.getLogger(__name__)
 
 LEVELS = ("word", "char", "byte", "bpe")
+EVAL_FRACTION = Fraction(5, 100)
+_COMPLETE = ".complete"
 
 
 def metric_name(level: str) -> str:
     """The paper's metric for a corpus level: ``'ppl'`` for word and BPE tokens, ``'bpc'`` for characters and
     bytes."""
     return "ppl" if level in ("word", "bpe") else "bpc"
-
-EVAL_FRACTION = Fraction(5, 100)
-_COMPLETE = ".complete"
 
 Inputs = Dict[str, Any]  # split/role -> Path or list of Paths
 Built = Tuple[Tokenizer, Dict[str, Any], Dict[str, Any]]  # vocab, {split: array(s)}, extra metadata

@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch.export import Dim
 
-from ..errors import ConfigError, TXLError
+from ..errors import ConfigError, TXLError, one_line
 from ..files import atomic_write, atomic_write_text
 from ..model import TransformerXL
 from .decode import DecodeGraph, fresh_state
@@ -115,10 +115,8 @@ def _exporter_errors(exporter: str, model: TransformerXL, kind: str, name: Optio
         root = exc
         while root.__cause__ is not None and root.__cause__ is not root:  # torch.onnx wraps torch.export's error
             root = root.__cause__
-        text = re.sub(r"\x1b\[[0-9;]*m", "", str(root))  # the exporters colour their messages
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        reason = f"{type(root).__name__}: {lines[0] if lines else 'no message'}"
-        reason = reason if len(reason) <= 200 else reason[:197] + "..."
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(root)).strip() or "no message"  # the exporters colour them
+        reason = one_line(f"{type(root).__name__}: {text}", first=True, limit=200)
         option = "--graph decode" if kind == "decode" else "the segment graph (--graph segment)"
         raise ConfigError(f"{name or 'the model'} ({_model_line(model)}): {exporter} cannot export {option}: "
                           f"{reason}") from exc
