@@ -47,11 +47,11 @@ def attention_flops(b: int, qlen: int, mlen: int, d: int, h: int, dh: int) -> fl
 
 
 def run_cell(mode: str, mlen: int, efficient: bool, args) -> dict:
-    from transformer_xl.model.attention import RelPartialLearnableMultiHeadAttn, segment_visibility, sinusoid_table
+    from transformer_xl.model.attention import RelativeAttention, segment_visibility, sinusoid_table
 
     torch.manual_seed(0)
     dh = args.d_model // args.n_head
-    attn = RelPartialLearnableMultiHeadAttn(args.n_head, args.d_model, dh, 0.0, 0.0, False)
+    attn = RelativeAttention(args.n_head, args.d_model, dh, 0.0, 0.0, False)
     attn.train(mode == "train")
     u, v = torch.randn(args.n_head, dh), torch.randn(args.n_head, dh)
     if efficient:

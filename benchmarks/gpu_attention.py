@@ -2,8 +2,8 @@
 
 For each memory length M, one forward + backward (gradients of q, k, v, r_k, u and v) of
 
-* fused: ``transformer_xl.model.attention.triton_kernel.rel_attention`` (no ``[B, H, L, K]`` tensor), and
-* plain: ``rel_attn_score`` + masked float32 softmax + ``prob @ v``, as ``RelPartialLearnableMultiHeadAttn``,
+* fused: ``transformer_xl.model.ops.triton_kernel.rel_attention`` (no ``[B, H, L, K]`` tensor), and
+* plain: ``rel_attn_score`` + masked float32 softmax + ``prob @ v``, as ``RelativeAttention``,
 
 timed with CUDA events (mean of ``--repeat`` runs after a warm-up) and with the peak of
 ``torch.cuda.max_memory_allocated`` above the inputs during one run. Prints a markdown table; the last
@@ -56,7 +56,7 @@ def measure(fn, leaves, grad_out, repeat: int):
 
 def run_row(mlen: int, args) -> str:
     from transformer_xl.model.attention import segment_visibility
-    from transformer_xl.model.attention.triton_kernel import rel_attention
+    from transformer_xl.model.ops.triton_kernel import rel_attention
 
     dtype = DTYPES[args.dtype]
     bsz, n_head, qlen, d_head = args.batch, args.n_head, args.qlen, args.d_head
@@ -109,7 +109,7 @@ def main() -> None:
         sys.exit("gpu_attention.py: no CUDA device; the fused Triton attention can only be timed on a GPU.")
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         sys.exit("gpu_attention.py: TRITON_INTERPRET=1 is set; unset it to time the compiled kernels.")
-    from transformer_xl.model.attention import triton_kernel as triton_attention
+    from transformer_xl.model.ops import triton_kernel as triton_attention
 
     if not triton_attention.is_available(torch.zeros(1, device="cuda")):
         sys.exit("gpu_attention.py: Triton >= 3.2 (with tl.gather) is not installed; nothing to time.")

@@ -78,7 +78,7 @@ def build_ours(args):
 
 def build_pair(original, args):
     """(ours, theirs): the same weights, ours exported to the original's parameter names."""
-    from transformer_xl.model.layouts import export_state_dict
+    from transformer_xl.checkpoints.layouts import export_state_dict
 
     ours = build_ours(args)
     state, a = export_state_dict(ours, "original")

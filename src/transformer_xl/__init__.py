@@ -11,14 +11,14 @@ user needs::
 rest: ``data`` (corpora, vocabularies), ``training``, ``evaluation``, ``generation`` and ``convert``.
 """
 
-__version__ = "0.1.0"
-
-from .model import TransformerXL, TransformerXLConfig  # noqa: E402  (model.io reads __version__)
-from .data.tokenizer import TransformerXLTokenizer  # noqa: E402
-from .generation import generate  # noqa: E402
-from .generation.text import generate_text  # noqa: E402
-from .evaluation.score import score_text  # noqa: E402
-from .pretrained import Checkpoint, open_checkpoint, push_to_hub  # noqa: E402
+from .checkpoints import locate
+from .data.tokenizer import TransformerXLTokenizer
+from .evaluation.score import score_text
+from .generation import generate
+from .generation.text import generate_text
+from .model import TransformerXL, TransformerXLConfig
+from .pretrained import Checkpoint, open_checkpoint, push_to_hub
+from .version import __version__
 
 __all__ = ["Checkpoint", "TransformerXL", "TransformerXLConfig", "TransformerXLTokenizer", "__version__", "generate",
-           "generate_text", "open_checkpoint", "push_to_hub", "score_text"]
+           "generate_text", "locate", "open_checkpoint", "push_to_hub", "score_text"]

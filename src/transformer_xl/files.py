@@ -111,4 +111,8 @@ def _fsync(path: Path) -> None:
         os.fsync(fh.fileno())
 
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_stream", "atomic_write_text", "write_json"]
+#: The two files of a saved model: its configuration and its weights.
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "atomic_write", "atomic_write_bytes", "atomic_write_stream", "atomic_write_text", "write_json"]

@@ -71,7 +71,7 @@ from .generation import generate  # noqa: E402
 from .generation.sampling import SamplingConfig  # noqa: E402
 from .cli.common import weight_bytes  # noqa: E402
 from .model.attention import AttentionChoice  # noqa: E402
-from .model.footprint import check_decoding_fits, check_fits, fit_attention  # noqa: E402
+from .runtime.footprint import check_decoding_fits, check_fits, fit_attention  # noqa: E402
 from .pretrained import Checkpoint, RunInfo, open_checkpoint  # noqa: E402
 from .training.config import load_run_config  # noqa: E402
 

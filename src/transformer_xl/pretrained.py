@@ -9,7 +9,7 @@
     print(ckpt.score("Some text to score .\\n").figures)
     ckpt.model, ckpt.tokenizer, ckpt.run                      # the parts, for anything else
 
-:func:`open_checkpoint` locates the files (:func:`transformer_xl.hub.locate`), checks the run-time lengths
+:func:`open_checkpoint` locates the files (:func:`transformer_xl.checkpoints.hub.locate`), checks the run-time lengths
 against the model's config before any weight is read, loads the model in evaluation mode on the device, and its
 tokenizer. Every ``CKPT`` argument of ``txl`` goes through it. :func:`push_to_hub` publishes a model (and its
 tokenizer) as a hub repository that ``open_checkpoint`` and ``TransformerXL.from_pretrained`` read back.
@@ -28,9 +28,9 @@ from .devices import resolve_device
 from .errors import CheckpointError, DataError
 from .evaluation.score import TextScore, score_text
 from .generation.text import generate_text
-from .hub import STEP_DIR, VOCAB_NAMES, Located, locate
+from .checkpoints.hub import STEP_DIR, VOCAB_NAMES, Located, locate
 from .model import RunLengths, TransformerXL, TransformerXLConfig
-from .model.io import load_located, model_config
+from .checkpoints.loading import load_located, model_config
 
 HUB_HINT = 'publishing needs huggingface_hub: pip install "transformer-xl[hub]"'
 

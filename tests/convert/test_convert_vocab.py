@@ -200,7 +200,7 @@ def test_huggingface_folder_converts_with_its_vocabulary_without_config(hf_folde
 
 
 def test_version(capsys):
-    from transformer_xl import __version__
+    from transformer_xl.version import __version__
 
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])

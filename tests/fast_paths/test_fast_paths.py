@@ -5,7 +5,7 @@ import torch
 
 from helpers import random_tokens, tiny_model
 from transformer_xl.model.attention import backends as attention_backends
-from transformer_xl.model.attention.streamed import streamed_rel_attention
+from transformer_xl.model.ops.streamed import streamed_rel_attention
 
 
 # TensorFlow's same_length rule from an empty memory: the window follows the memory present (0, 7, then 9);
@@ -83,7 +83,7 @@ def test_streamed_keys_with_hidden_memory_and_padding():
 
 
 def test_kv_buffer_equals_concatenation():
-    from transformer_xl.generation.cache import KVBuffer
+    from transformer_xl.generation.decoding_cache import KVBuffer
 
     gen = torch.Generator().manual_seed(0)
     buf = KVBuffer(torch.zeros(2, 3, 0, 4))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from transformer_xl.model.attention import rel_attn_score, segment_visibility
-from transformer_xl.model.attention import triton_kernel as ta
+from transformer_xl.model.ops import triton_kernel as ta
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 CUDA = torch.cuda.is_available()
@@ -163,11 +163,11 @@ def test_bfloat16_larger_shapes():
 @needs_kernels
 def test_matches_module_attention_with_strided_inputs(ieee_float32):
     """Inputs as the model lays them out (head-transposed views), through ``_attend`` of the layer."""
-    from transformer_xl.model.attention import RelPartialLearnableMultiHeadAttn, Visibility
+    from transformer_xl.model.attention import RelativeAttention, Visibility
 
     bsz, n_head, d_head, qlen, mlen = 2, 2, 16, 19, 9
     klen = qlen + mlen
-    layer = RelPartialLearnableMultiHeadAttn(n_head, n_head * d_head, d_head, 0.0, 0.0, False).to(DEVICE)
+    layer = RelativeAttention(n_head, n_head * d_head, d_head, 0.0, 0.0, False).to(DEVICE)
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(bsz, qlen, n_head, d_head, generator=gen).to(DEVICE).transpose(1, 2)  # [B, H, L, D] view
     k = torch.randn(bsz, klen, n_head, d_head, generator=gen).to(DEVICE).transpose(1, 2)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer_xl.model.adaptive import _TargetLogSoftmax
-from transformer_xl.model.dropout import Dropout, keep_mask
+from transformer_xl.model.ops.dropout import Dropout, keep_mask
 
 
 def test_drop_rate_and_mean_match_p():

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_xl.model.linear import FEW_ROWS, Linear, _split, linear
+from transformer_xl.model.ops.linear import FEW_ROWS, Linear, _split, linear
 
 
 @pytest.fixture

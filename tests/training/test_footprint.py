@@ -14,7 +14,7 @@ from transformer_xl import cli
 from transformer_xl.data import Vocab
 from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXL, TransformerXLConfig
-from transformer_xl.model import footprint as fp
+from transformer_xl.runtime import footprint as fp
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ..data import load_vocab
 from ..errors import CheckpointError, DataError
-from ..hub import RUN_CONFIG_NAME, Located, locate
+from ..checkpoints.hub import RUN_CONFIG_NAME, Located, locate
 from ..model import TransformerXLConfig
-from ..model.io import model_config
+from ..checkpoints.loading import model_config
 from ..pretrained import Checkpoint, open_checkpoint
 
 CKPT_HELP = ("a hub id (org/name), a checkpoint folder (ours, or a HuggingFace TransfoXL folder with its "

@@ -17,8 +17,8 @@ from ..evaluation.figures import check_image_path
 from ..evaluation.metrics import metric_name, metric_value
 from ..model import TransformerXL
 from ..model.attention import AttentionChoice
-from ..model.footprint import fit_attention
-from ..model.io import load_located
+from ..runtime.footprint import fit_attention
+from ..checkpoints.loading import load_located
 from .common import add_checkpoint_args, load_model_config, locate_checkpoint
 from .corpus import add_corpus_args, check_corpus_args, checkpoint_split
 from .evaluate import SLIDING_WINDOWS_PER_CALL

@@ -14,7 +14,7 @@ from ..convert.original import check_out_dir
 from ..data import original_vocab
 from ..data.vocab_files import ACCEPTED, read_vocab_file
 from ..errors import ConfigError, DataError
-from ..hub import VOCAB_NAMES
+from ..checkpoints.hub import VOCAB_NAMES
 from ..pretrained import open_checkpoint
 from .options import command
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..data import load_run_corpus, load_vocab
 from ..errors import DataError
 from ..evaluation.vocab_data import SPLITS, EvalData, EvalSource, split_for_checkpoint
-from ..hub import Located
+from ..checkpoints.hub import Located
 from ..training import load_run_config
 from .common import check_vocab, run_config_of
 from .options import check_dataset

@@ -15,9 +15,9 @@ from typing import Tuple
 from ..devices import autocast_dtype, resolve_device
 from ..evaluation import EvalResult, EvalSettings, evaluate
 from ..model import RunLengths, TransformerXL, TransformerXLConfig
-from ..model.io import load_located
+from ..checkpoints.loading import load_located
 from ..model.attention import AttentionChoice
-from ..model.footprint import fit_attention
+from ..runtime.footprint import fit_attention
 from ..pretrained import run_lengths
 from ..training.allocator import keep_cpu_memory
 from .common import add_checkpoint_args, load_model_config, locate_checkpoint

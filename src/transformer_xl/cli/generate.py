@@ -1,7 +1,7 @@
 """``txl generate``: continue a prompt, printing tokens as they come.
 
 Before any text is produced, everything that can be checked is: the device, the lengths, the ``--stop``
-tokens, and the memory that decoding needs (:mod:`transformer_xl.model.footprint`).
+tokens, and the memory that decoding needs (:mod:`transformer_xl.runtime.footprint`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from ..generation.text import generate_text
 from ..model.config import DECODINGS
-from ..model.footprint import check_decoding_fits
+from ..runtime.footprint import check_decoding_fits
 from .common import open_for_inference, weight_bytes
 from .options import INFERENCE_CHECKS, add_inference_args, at_least, checks, command, positive
 

@@ -25,7 +25,7 @@ import sys
 from typing import List, Optional
 
 
-from .. import __version__
+from ..version import __version__
 from ..errors import TXLError, one_line
 from . import convert, train, evaluate, plot, generate, score, context, bench, export, lm_eval  # noqa: F401,I001 (each registers its command, in this order)
 from .options import COMMANDS, check_options

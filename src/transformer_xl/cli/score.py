@@ -14,7 +14,7 @@ from ..errors import DataError
 from ..evaluation.metrics import describe_figures, named_figures
 from ..evaluation.score import score_text
 from ..model.attention import AttentionChoice
-from ..model.footprint import fit_attention
+from ..runtime.footprint import fit_attention
 from .common import open_for_inference, weight_bytes
 from .options import INFERENCE_CHECKS, add_inference_args, checks, command
 

@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..hub import RUN_CONFIG_NAME, latest_checkpoint
+from ..checkpoints.hub import RUN_CONFIG_NAME, latest_checkpoint
 from ..training import load_run_config, train
 from ..training.config import builtin_config_names
 from ..training.launch import check_nproc, launch

@@ -2,7 +2,7 @@
 
 The original code names parameters as this package does (``word_emb.emb_layers.N``,
 ``layers.N.dec_attn.qkv_net``, ``crit.out_projs.N`` ...); HuggingFace's layout is mapped onto it first
-(:mod:`transformer_xl.model.layouts`). What a conversion does:
+(:mod:`transformer_xl.checkpoints.layouts`). What a conversion does:
 
 * builds a :class:`TransformerXLConfig` from the constructor arguments (original names) or from a
   HuggingFace ``config.json`` (HuggingFace's defaults for missing keys);
@@ -26,8 +26,9 @@ import torch
 from ..errors import CheckpointError
 from ..model.config import TransformerXLConfig, read_json_object
 from ..files import atomic_write, atomic_write_text
-from ..model.io import describe_mismatch, load_into, load_state_dict_file, unique_state_dict
-from ..model.layouts import LAYOUTS, check_layout, config_from_args, export_state_dict, prepare_state_dict
+from ..model.saving import describe_mismatch, load_into, unique_state_dict
+from ..checkpoints.loading import load_state_dict_file
+from ..checkpoints.layouts import LAYOUTS, check_layout, config_from_args, export_state_dict, prepare_state_dict
 from ..model.transformer import TransformerXL
 
 SOURCES = LAYOUTS

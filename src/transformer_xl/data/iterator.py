@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
-from ..model.transformer import IGNORE_INDEX
+from ..labels import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 

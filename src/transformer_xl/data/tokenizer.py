@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..errors import DataError
-from ..hub import locate
+from ..checkpoints.hub import locate
 from .hf_vocab import GLUE_SYMBOLS, HFVocab
 from .vocab_files import load_vocab
 

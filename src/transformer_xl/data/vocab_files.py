@@ -1,6 +1,6 @@
 """Restore a saved tokenizer of any kind that checkpoints carry.
 
-Accepted files (:data:`transformer_xl.hub.VOCAB_NAMES`, looked for in this order in a folder):
+Accepted files (:data:`transformer_xl.checkpoints.hub.VOCAB_NAMES`, looked for in this order in a folder):
 
 * ``vocab.json``: ours (``Vocab``, ``HFVocab`` or ``ByteVocab``);
 * ``tokenizer.json``: a HuggingFace ``tokenizers`` BPE tokenizer (ours at BPE level);

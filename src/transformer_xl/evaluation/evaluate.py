@@ -14,7 +14,7 @@ from ..data import LMOrderedIterator, align_labels
 from ..devices import all_reduce_sum
 from ..errors import ConfigError
 from ..model import RunLengths
-from ..model.transformer import IGNORE_INDEX
+from ..labels import IGNORE_INDEX
 from .metrics import metric_name, metric_value
 from .segments import losses_with_memory
 from .token_losses import sliding_losses

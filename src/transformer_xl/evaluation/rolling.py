@@ -21,7 +21,7 @@ from typing import Callable, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..model.transformer import IGNORE_INDEX
+from ..labels import IGNORE_INDEX
 from .segments import outputs_with_memory
 
 

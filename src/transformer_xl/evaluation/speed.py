@@ -30,7 +30,7 @@ import torch
 from ..data import load_corpus
 from ..errors import ConfigError
 from ..model import TransformerXL, TransformerXLConfig
-from ..model.footprint import MARGIN, available_bytes, format_bytes, forward_footprint
+from ..runtime.footprint import MARGIN, available_bytes, format_bytes, forward_footprint
 from .figures import check_image_path, pyplot, save_figure
 from .token_losses import segment_losses, sliding_losses
 

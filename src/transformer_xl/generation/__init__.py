@@ -1,6 +1,6 @@
 """Generation and scoring with exactly cached memory."""
 
-from .cache import DecodingCache
+from .decoding_cache import DecodingCache
 from .generate import SegmentDecoder, generate
 from .sampling import SamplingConfig
 

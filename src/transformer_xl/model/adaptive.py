@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .linear import linear
+from .ops.linear import linear
 
 
 def _cluster_bounds(n_token: int, cutoffs: List[int]) -> List[int]:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .attention import MultiHeadAttn, RelLearnableMultiHeadAttn, RelPartialLearnableMultiHeadAttn
+from .attention import AbsoluteAttention, ShawAttention, RelativeAttention
 from .attention.relative import distances, sinusoid_table
 from .config import TransformerXLConfig
 
@@ -40,7 +40,7 @@ class PositionScheme:
     name = ""
 
     def attention(self, cfg: TransformerXLConfig) -> nn.Module:
-        return MultiHeadAttn(*_attn_args(cfg))
+        return AbsoluteAttention(*_attn_args(cfg))
 
     def create(self, model: nn.Module, cfg: TransformerXLConfig) -> None:
         """Register the scheme's parameters on ``model``."""
@@ -63,7 +63,7 @@ class RelativePositions(PositionScheme):
     name = "relative"
 
     def attention(self, cfg):
-        return RelPartialLearnableMultiHeadAttn(*_attn_args(cfg), untie_r=cfg.untie_r)
+        return RelativeAttention(*_attn_args(cfg), untie_r=cfg.untie_r)
 
     def create(self, model, cfg):
         if not cfg.untie_r:
@@ -91,7 +91,7 @@ class ShawPositions(PositionScheme):
     name = "shaw"
 
     def attention(self, cfg):
-        return RelLearnableMultiHeadAttn(*_attn_args(cfg))
+        return ShawAttention(*_attn_args(cfg))
 
     def create(self, model, cfg):
         model.r_emb = nn.Parameter(torch.zeros(cfg.n_layer, cfg.max_klen, cfg.n_head, cfg.d_head))

@@ -20,16 +20,16 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from ..labels import IGNORE_INDEX
 from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
-from .attention import RelPartialLearnableMultiHeadAttn, Visibility, attention_backend, segment_visibility
+from .attention import RelativeAttention, Visibility, attention_backend, segment_visibility
 from .config import RunLengths, TransformerXLConfig
-from .dropout import Dropout
-from .io import PretrainedMixin
-from .linear import Linear
+from .ops.dropout import Dropout
+from .saving import PretrainedMixin
+from .ops.linear import Linear
 from .memory import Mems, empty_mems, shift_mems, update_mems, update_mems_mask
 from .positions import position_scheme
 
-IGNORE_INDEX = -100
 
 
 @dataclasses.dataclass
@@ -142,7 +142,7 @@ class TransformerXL(PretrainedMixin, nn.Module):
                 for proj in (module.emb_projs if isinstance(module, AdaptiveEmbedding) else module.out_projs):
                     if proj is not None:
                         nn.init.normal_(proj, 0.0, cfg.proj_init_std)
-            elif isinstance(module, RelPartialLearnableMultiHeadAttn) and cfg.untie_r:
+            elif isinstance(module, RelativeAttention) and cfg.untie_r:
                 init_weight(module.r_w_bias)
                 init_weight(module.r_r_bias)
         if self.crit.n_clusters > 0:
@@ -194,7 +194,7 @@ class TransformerXL(PretrainedMixin, nn.Module):
     def attn_backend(self) -> Tuple[str, int]:
         """``(back-end, chunk)`` of the Transformer-XL attention (attn_type 0); ``("plain", 0)`` for the others."""
         attn = self.layers[0].dec_attn
-        return (attn.backend, attn.chunk) if isinstance(attn, RelPartialLearnableMultiHeadAttn) else ("plain", 0)
+        return (attn.backend, attn.chunk) if isinstance(attn, RelativeAttention) else ("plain", 0)
 
     def set_attention(self, backend: str = "plain", chunk: int = 0) -> None:
         """Choose how the Transformer-XL attention (attn_type 0) is computed; every choice gives the same results.
@@ -210,7 +210,7 @@ class TransformerXL(PretrainedMixin, nn.Module):
         if chunk < 0:
             raise ValueError(f"attention chunk: must be >= 0, got {chunk}")
         for layer in self.layers:
-            if isinstance(layer.dec_attn, RelPartialLearnableMultiHeadAttn):
+            if isinstance(layer.dec_attn, RelativeAttention):
                 layer.dec_attn.set_backend(backend, chunk)
 
     def init_mems(self, batch_size: int) -> Mems:

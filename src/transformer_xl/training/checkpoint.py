@@ -31,13 +31,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from safetensors.torch import save_file
 
-from .. import __version__
+from ..version import __version__
 from ..errors import CheckpointError, ConfigError
 from .. import files
 from ..files import atomic_write, write_json
-from ..hub import (CHECKPOINTS, COMPLETE, CONFIG_NAME, STEP_DIR, WEIGHTS_NAME, checkpoint_step,  # noqa: F401
-                   checkpoints_dir, is_model_dir, latest_checkpoint, list_checkpoints, resolve_model_dir)
-from ..model.io import load_safetensors
+from ..checkpoints.hub import (CHECKPOINTS, COMPLETE, CONFIG_NAME, STEP_DIR, WEIGHTS_NAME, checkpoint_step, checkpoints_dir, is_model_dir, latest_checkpoint, list_checkpoints, resolve_model_dir)
+from ..checkpoints.loading import load_safetensors
 
 TRAINER_STATE = "trainer_state.json"
 BEST_INFO = "best.json"  # in best/: {"step": N, "valid_loss": x}

@@ -31,7 +31,7 @@ import torch
 
 from .. import devices
 from ..errors import ConfigError, TXLError
-from ..model.io import unique_state_dict
+from ..model.saving import unique_state_dict
 from . import checkpoint as ckpt
 
 log = logging.getLogger(__name__)

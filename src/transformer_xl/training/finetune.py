@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ..data import load_vocab
 from ..errors import CheckpointError, ConfigError, DataError
-from ..hub import VOCAB_NAMES, Located, locate
+from ..checkpoints.hub import VOCAB_NAMES, Located, locate
 from ..model.config import TransformerXLConfig
-from ..model.io import model_config
+from ..checkpoints.loading import model_config
 
 log = logging.getLogger(__name__)
 

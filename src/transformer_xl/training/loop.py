@@ -29,9 +29,10 @@ from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import AttentionChoice
-from ..model.footprint import fit_attention
-from ..model.io import load_into, read_weights
-from ..model.transformer import IGNORE_INDEX
+from ..runtime.footprint import fit_attention
+from ..model.saving import load_into
+from ..checkpoints.loading import read_weights
+from ..labels import IGNORE_INDEX
 from . import checkpoint as ckpt
 from . import distributed, finetune, preflight
 from .allocator import keep_cpu_memory

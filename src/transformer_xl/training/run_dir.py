@@ -17,7 +17,7 @@ import yaml
 
 from ..errors import ConfigError, TXLError
 from ..files import atomic_write_text
-from ..hub import RUN_CONFIG_NAME
+from ..checkpoints.hub import RUN_CONFIG_NAME
 from . import checkpoint as ckpt
 from . import distributed, preflight
 from .lock import LOCK_NAME, RunLock

@@ -3,16 +3,16 @@ position schemes, and the streamed and Triton back-ends of the Transformer-XL at
 
 Reading order: :mod:`.relative` (the paper's score and the shift trick), :mod:`.visibility` (which keys a
 query sees), :mod:`.backends` (the contract: one call per layer, back-ends by name), :mod:`.layers` (the modules). :mod:`.streamed` and :mod:`.triton_kernel` compute what
-:class:`~.layers.RelPartialLearnableMultiHeadAttn`'s plain path computes, with less memory or fused on a GPU.
+:class:`~.layers.RelativeAttention`'s plain path computes, with less memory or fused on a GPU.
 """
 
 from .backends import (AttentionCall, AttentionChoice, Backend, KeyValueRows, attention_backend, backend_names, register_attention)
-from .layers import (BACKENDS, AttentionBase, choose_backend, MultiHeadAttn, QKVAttention, RelLearnableMultiHeadAttn,
-                     RelPartialLearnableMultiHeadAttn)
+from .layers import (BACKENDS, AttentionBase, choose_backend, AbsoluteAttention, QKVAttention, ShawAttention,
+                     RelativeAttention)
 from .relative import distances, rel_attn_score, rel_shift, sinusoid_table
 from .visibility import Visibility, block_mask, forbidden, hide, segment_visibility
 
 __all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "register_attention",
-           "BACKENDS", "AttentionBase", "choose_backend", "MultiHeadAttn", "QKVAttention", "RelLearnableMultiHeadAttn",
-           "RelPartialLearnableMultiHeadAttn", "Visibility", "block_mask", "distances", "forbidden", "hide",
+           "BACKENDS", "AttentionBase", "choose_backend", "AbsoluteAttention", "QKVAttention", "ShawAttention",
+           "RelativeAttention", "Visibility", "block_mask", "distances", "forbidden", "hide",
            "rel_attn_score", "rel_shift", "segment_visibility", "sinusoid_table"]

@@ -1,6 +1,6 @@
 """The attention contract: each Transformer-XL layer's attention is one call to a back-end chosen by name.
 
-A layer (:class:`~.layers.RelPartialLearnableMultiHeadAttn`) builds one :class:`AttentionCall` (queries, keys
+A layer (:class:`~.layers.RelativeAttention`) builds one :class:`AttentionCall` (queries, keys
 and values, position keys, the biases ``u`` and ``v``, the :class:`~.visibility.Visibility` of the pass) and
 hands it to the back-end registered under its name, which returns the attention output ``[B, H, L, D]``::
 
@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import triton_kernel
+from ..ops import triton_kernel
 from .relative import rel_attn_score
-from .streamed import streamed_rel_attention
+from ..ops.streamed import streamed_rel_attention
 from .visibility import Visibility
 
 

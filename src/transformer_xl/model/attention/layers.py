@@ -7,11 +7,11 @@ release (``qkv_net``, ``r_net``, ``o_net``, ``r_w_bias`` ...) so checkpoints map
 Every layer is called as ``attn(h, pos, vis, mems)``: ``pos`` is what the model's position scheme gives the
 layer (:mod:`transformer_xl.model.positions`), ``vis`` the :class:`~.visibility.Visibility` of the pass. The
 public steps (:meth:`~AttentionBase.heads`, :meth:`~AttentionBase.attend`, :meth:`~AttentionBase.output`,
-:meth:`RelPartialLearnableMultiHeadAttn.project`, :meth:`~RelPartialLearnableMultiHeadAttn.position_keys`,
-:meth:`~RelPartialLearnableMultiHeadAttn.score`) are what the decoding cache reuses.
+:meth:`RelativeAttention.project`, :meth:`~RelativeAttention.position_keys`,
+:meth:`~RelativeAttention.score`) are what the decoding cache reuses.
 
 The Transformer-XL attention (attn_type 0) has three back-ends with the same results, chosen once with
-:meth:`RelPartialLearnableMultiHeadAttn.set_backend`: ``plain`` (the reference: :func:`~.relative.rel_attn_score`
+:meth:`RelativeAttention.set_backend`: ``plain`` (the reference: :func:`~.relative.rel_attn_score`
 and a masked softmax), ``streamed`` (keys ``chunk`` at a time with an online softmax and a recomputing backward,
 :mod:`.streamed`) and ``triton`` (a fused CUDA kernel, :mod:`.triton_kernel`; the plain path where it cannot run).
 """
@@ -24,8 +24,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..dropout import Dropout
-from ..linear import Linear, linear
+from ..ops.dropout import Dropout
+from ..ops.linear import Linear, linear
 from .backends import AttentionCall, AttentionChoice, KeyValueRows, attention_backend, backend_names, masked_softmax_attend
 from .relative import rel_attn_score, rel_shift
 from .visibility import Visibility
@@ -106,8 +106,9 @@ class QKVAttention(AttentionBase):
         return self.heads(q), self.heads(k), self.heads(v)
 
 
-class RelPartialLearnableMultiHeadAttn(QKVAttention):
-    """attn_type 0: the Transformer-XL attention with global content/position biases u, v.
+class RelativeAttention(QKVAttention):
+    """attn_type 0: the Transformer-XL attention with global content/position biases u, v (the original
+    release's ``RelPartialLearnableMultiHeadAttn``; its parameter names are kept, so state dicts map one to one).
 
     With ``untie_r`` each layer owns its ``r_w_bias`` (u) and ``r_r_bias`` (v); otherwise the
     model passes the shared pair to every layer.
@@ -158,7 +159,7 @@ class RelPartialLearnableMultiHeadAttn(QKVAttention):
                 mems: Optional[Tensor] = None, cache=None) -> Tensor:
         """h ``[B, L, d]``; pos = ``(R [K+1, d] for distances K..0, u, v)``; mems ``[B, M, d]`` -> ``[B, L, d]``.
 
-        With ``cache`` (a decoding cache's view of this layer, see :mod:`transformer_xl.generation.cache`) the
+        With ``cache`` (a decoding cache's view of this layer, see :mod:`transformer_xl.generation.decoding_cache`) the
         keys and values of earlier tokens are the cache's projections, extended by this call's, and the
         position keys are the cache's; ``pos``'s R is then unused.
         """
@@ -179,8 +180,9 @@ class RelPartialLearnableMultiHeadAttn(QKVAttention):
         return self.output(h, merge_heads(backend.fn(call)))
 
 
-class RelLearnableMultiHeadAttn(QKVAttention):
-    """attn_type 1 (Shaw et al. 2018): learned per-layer embedding and bias for each distance.
+class ShawAttention(QKVAttention):
+    """attn_type 1 (Shaw et al. 2018): learned per-layer embedding and bias for each distance (the original
+    release's ``RelLearnableMultiHeadAttn``).
 
     score = (q_i + u) . k_j + q_i . e_{i-j} + b_{i-j}, where ``e`` (``r_emb``) and ``b``
     (``r_bias``) are tables whose last row is distance 0; distances beyond the table use its
@@ -208,8 +210,9 @@ def distance_rows(table_len: int, klen: int, device) -> Tensor:
     return (table_len - 1 - dist).clamp(min=0)
 
 
-class MultiHeadAttn(AttentionBase):
-    """attn_type 2 and 3: standard attention; positions are added to the states beforehand.
+class AbsoluteAttention(AttentionBase):
+    """attn_type 2 and 3: standard attention; positions are added to the states beforehand (the original
+    release's ``MultiHeadAttn``).
 
     As in the paper's code, with ``pre_lnorm`` the layer norm is applied to the keys/values'
     input only and the queries are projected from the un-normalised states.

@@ -32,7 +32,7 @@ from typing import Dict, Mapping, Tuple
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from .config import TransformerXLConfig
+from ..model.config import TransformerXLConfig
 
 LAYOUTS = ("original", "hf")
 

@@ -1,6 +1,6 @@
 """Relative attention that streams keys in blocks, with a hand-written backward pass.
 
-The plain path of :class:`~.layers.RelPartialLearnableMultiHeadAttn` projects all
+The plain path of :class:`~.layers.RelativeAttention` projects all
 ``K = M + L`` keys and values (``[B, K, 2*H*D]``) and builds ``[B, H, L, K]`` scores, and autograd keeps
 both (plus the softmax probabilities) until the backward pass, so training memory grows linearly with the
 memory length ``M``. :func:`streamed_rel_attention` computes the same result, flash-attention style, in
@@ -43,7 +43,7 @@ block) plus one block's keys and values, independent of ``M``.
 
 Attention dropout (``dropatt > 0`` and ``training``) drops entries of the normalised probabilities with
 probability ``p`` and scales kept ones by ``1 / (1 - p')`` (``p'`` is ``p`` rounded to ``2**-16``, as in
-:mod:`~transformer_xl.model.dropout`). One seed per call is drawn from torch's default generator for the
+:mod:`~transformer_xl.model.ops.dropout`). One seed per call is drawn from torch's default generator for the
 device (so ``torch.manual_seed`` reproduces the masks); block ``n`` draws its mask with the seed
 ``[seed, n]``. :func:`dropout_keep_mask` rebuilds the full ``[B, H, L, K]`` mask of a call.
 """
@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..dropout import draw_seed, keep_mask
-from .visibility import block_mask
+from .dropout import draw_seed, keep_mask
+from ..attention.visibility import block_mask
 
 def draw_dropout_seed(device) -> int:
     """One seed from torch's default generator for ``device`` (what :func:`streamed_rel_attention` draws)."""
@@ -70,7 +70,7 @@ def draw_dropout_seed(device) -> int:
 def block_keep_mask(seed: int, index: int, shape: Sequence[int], p: float, device="cpu") -> Tuple[Tensor, float]:
     """``(keep, scale)`` of key block ``index``: bool ``shape`` (False with prob. ``p'``) and ``1 / (1 - p')``.
 
-    :func:`~transformer_xl.model.dropout.keep_mask` seeded with ``[seed, index]``. The attention draws
+    :func:`~transformer_xl.model.ops.dropout.keep_mask` seeded with ``[seed, index]``. The attention draws
     shape ``[H, B, L, Bk]``.
     """
     return keep_mask(shape, p, seed=[seed, index], device=device)

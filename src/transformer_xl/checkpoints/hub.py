@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .errors import CheckpointError, ConfigError, one_line
-from .files import read_json
+from ..errors import CheckpointError, ConfigError, one_line
+from ..files import CONFIG_NAME, WEIGHTS_NAME, read_json
 
 # ---------------------------------------------------------------------------- file names
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 HF_BIN_NAME = "pytorch_model.bin"
 RUN_CONFIG_NAME = "run.yaml"
 #: Tokenizer files, in the order they are looked for: ours (JSON), then HuggingFace's (pickles read without

@@ -37,9 +37,9 @@ from typing import Dict, Optional, Union
 import torch
 
 from ..errors import ConfigError
-from .attention import AttentionChoice
-from .config import TransformerXLConfig
-from .transformer import TransformerXL
+from ..model.attention import AttentionChoice
+from ..model.config import TransformerXLConfig
+from ..model.transformer import TransformerXL
 
 log = logging.getLogger(__name__)
 
