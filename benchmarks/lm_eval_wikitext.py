@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from transformer_xl.data.tokenizer import TransformerXLTokenizer
+from transformer_xl.text.tokenizer import TransformerXLTokenizer
 from transformer_xl.lm_eval import wikitext_documents
 
 

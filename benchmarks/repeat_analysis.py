@@ -10,7 +10,7 @@ For every evaluation setting the script computes the per-token losses of the sam
 * vanilla: sliding windows of L (every prediction sees the L - 1 tokens before it), and segments of L.
 
 Then it prints (markdown) the bits per byte of every setting, the loss on repeat tokens binned by repeat
-distance (``transformer_xl.evaluation.repeats``: the distance back to the most recent earlier occurrence of
+distance (``transformer_xl.analysis.repeats``: the distance back to the most recent earlier occurrence of
 the n-gram the token completes) for n = ``--ngram`` values, the gain from M = L to each longer memory with a
 block standard error, and writes two plots and a JSON of everything.
 
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from transformer_xl.cli.common import check_vocab, find_run_config, resolve_checkpoint
-from transformer_xl.evaluation.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
+from transformer_xl.cli.checkpoint_options import check_vocab, find_run_config, resolve_checkpoint
+from transformer_xl.analysis.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
                                                paired_difference, row_distances)
 from transformer_xl.evaluation.token_losses import segment_losses, sliding_losses, stream_rows
 from transformer_xl.model import TransformerXL
-from transformer_xl.training.config import load_run_config
+from transformer_xl.training.run_config import load_run_config
 from transformer_xl.training.loop import load_data
 
 LN2 = math.log(2)

@@ -82,7 +82,7 @@ def run_variant(name: str, args) -> dict:
     engine = model
     if "compile" in name:
         engine = torch.compile(model)
-    from transformer_xl.training.config import TrainConfig
+    from transformer_xl.training.run_config import TrainConfig
     from transformer_xl.training.schedule import build_optimizer
 
     optimizer = build_optimizer(model, TrainConfig(lr=args.lr))  # what txl train uses

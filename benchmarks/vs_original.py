@@ -95,7 +95,7 @@ class Ours:
     """Our model driven as ``txl train`` / ``txl eval`` drive it (batch-first; memory as returned)."""
 
     def __init__(self, model, args, precision="fp32"):
-        from transformer_xl.training.config import TrainConfig
+        from transformer_xl.training.run_config import TrainConfig
         from transformer_xl.training.schedule import build_optimizer
 
         self.model, self.precision, self.mems = model, precision, None

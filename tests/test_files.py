@@ -10,7 +10,7 @@ import pytest
 
 from transformer_xl import cli
 from transformer_xl.data import Vocab
-from transformer_xl.data.cache import save_corpus
+from transformer_xl.data.corpus_cache import save_corpus
 from transformer_xl.files import atomic_write, atomic_write_bytes, atomic_write_text, write_json
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 from transformer_xl.training import load_run_config, train

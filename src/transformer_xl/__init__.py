@@ -12,7 +12,7 @@ rest: ``data`` (corpora, vocabularies), ``training``, ``evaluation``, ``generati
 """
 
 from .checkpoints import locate
-from .data.tokenizer import TransformerXLTokenizer
+from .text.tokenizer import TransformerXLTokenizer
 from .evaluation.score import score_text
 from .generation import generate
 from .generation.text import generate_text

@@ -2,8 +2,12 @@
 
 Every error that is the user's to fix (bad input, bad config, a foreign or truncated checkpoint)
 is raised as a :class:`TXLError` subclass. The command line prints its message as one line and
-exits with status 2; library callers can catch it like any exception.
+exits with status 2; library callers can catch it like any exception. :func:`run_guarded` is that guard: every
+failure of a command as one line and an exit status.
 """
+
+import os
+import sys
 
 
 class TXLError(Exception):
@@ -28,6 +32,11 @@ class MissingExtraError(TXLError, ImportError):
     """An optional dependency (an extra of the package) is not installed; the message names the extra."""
 
 
+def missing_extra(package: str, extra: str) -> MissingExtraError:
+    """The error for an optional dependency that is not installed, naming the extra that installs it."""
+    return MissingExtraError(f'{package} is not installed: pip install "transformer-xl[{extra}]"')
+
+
 def one_line(exc, first: bool = False, limit: int = 500) -> str:
     """The message of ``exc`` (an exception, or a message's text) fit for one error line: whitespace collapsed
     (with ``first``, only its first line is kept), cut to ``limit`` characters; an exception without a message
@@ -39,3 +48,42 @@ def one_line(exc, first: bool = False, limit: int = 500) -> str:
     if len(text) > limit:
         text = text[:limit - 3] + "..."
     return text or type(exc).__name__
+
+
+# ---------------------------------------------------------------------------- the guard
+DEBUG_ENV = "TXL_DEBUG"
+
+
+def _os_error_line(exc: OSError) -> str:
+    """``PATH: reason`` for a failed read or write (``PATH -> PATH2`` for a rename)."""
+    reason = exc.strerror or one_line(exc)
+    if exc.filename is None:
+        return f"{type(exc).__name__}: {reason}"
+    where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    return f"{where}: {reason}"
+
+
+def run_guarded(fn, command: str) -> int:
+    """Run ``fn()`` and return its exit status (its result, 0 for None); every failure is one line on stderr
+    starting with ``command``: a :class:`TXLError` or an ``OSError`` exits 2, Ctrl-C 130, anything else (a bug)
+    1, with the traceback instead when ``TXL_DEBUG=1``."""
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        return int(fn() or 0)
+    except TXLError as exc:
+        print(f"{command}: error: {one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if debug:
+            raise
+        print(f"{command}: error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the guard: a bug gets one line, not a traceback
+        if debug:
+            raise
+        print(f"{command}: error: {type(exc).__name__}: {one_line(exc)} (set {DEBUG_ENV}=1 for the traceback)",
+              file=sys.stderr)
+        return 1

@@ -38,44 +38,41 @@ word perplexity divides the summed log-likelihood of the model's tokens by white
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
 
-if __name__ == "__main__":  # python -m transformer_xl.lm_eval ARGS is txl lm-eval ARGS
-    from transformer_xl.cli.main import main as _txl_main
+import torch
+from tqdm import tqdm
 
-    sys.exit(_txl_main(["lm-eval", *sys.argv[1:]]))
+from .errors import ConfigError, DataError, missing_extra, run_guarded
+from .evaluation.rolling import score_rows
+from .generation import generate
+from .generation.sampling import SamplingConfig
+from .pretrained import Checkpoint, RunInfo, open_checkpoint
+from .runtime.footprint import check_decoding_fits, check_fits, fit_loaded, weight_bytes
+from .text.tokenizer import warn_unknown_words
+from .model import RunLengths
+from .training.run_config import load_run_config
 
-import json  # noqa: E402
-import logging  # noqa: E402
-import re  # noqa: E402
-from importlib.util import find_spec  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
-
-from .errors import MissingExtraError  # noqa: E402
-
-EXTRA_HINT = 'lm-eval is not installed: pip install "transformer-xl[lm-eval]"'
-if find_spec("lm_eval") is None:
-    raise MissingExtraError(EXTRA_HINT)
-
-import lm_eval.models  # noqa: E402,F401  (lm-eval's own models first: get_model fills an empty registry only)
-import torch  # noqa: E402
-from lm_eval.api.model import LM  # noqa: E402
-from lm_eval.api.registry import register_model  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from .data.tokenizer import warn_unknown_words  # noqa: E402
-from .errors import ConfigError, DataError  # noqa: E402
-from .evaluation.rolling import score_rows  # noqa: E402
-from .generation import generate  # noqa: E402
-from .generation.sampling import SamplingConfig  # noqa: E402
-from .cli.common import weight_bytes  # noqa: E402
-from .model.attention import AttentionChoice  # noqa: E402
-from .runtime.footprint import check_decoding_fits, check_fits, fit_attention  # noqa: E402
-from .pretrained import Checkpoint, RunInfo, open_checkpoint  # noqa: E402
-from .training.config import load_run_config  # noqa: E402
+try:  # lm-eval's own models first: its get_model fills an empty registry only
+    import lm_eval.models  # noqa: F401
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+except ModuleNotFoundError as missing:
+    if missing.name != "lm_eval":
+        raise
+    if __name__ == "__main__":  # python -m transformer_xl.lm_eval without the extra: one line, as txl lm-eval
+        print(f"txl lm-eval: error: {missing_extra('lm-eval', 'lm-eval')}", file=sys.stderr)
+        sys.exit(2)
+    raise missing_extra("lm-eval", "lm-eval") from None
 
 log = logging.getLogger(__name__)
+
+EXTRA_HINT = str(missing_extra("lm-eval", "lm-eval"))
 
 MODEL_NAME = "transformer-xl"
 LENGTHS = ("tgt_len", "mem_len", "clamp_len", "same_length")
@@ -127,19 +124,18 @@ def _device(value) -> str:
     return name
 
 
-def run_eval_lengths(run: RunInfo) -> Dict[str, object]:
-    """The lengths the run evaluates with (the ``eval:`` section of its ``run.yaml``), the ones it sets."""
+def run_eval_lengths(run: RunInfo, lengths: RunLengths) -> RunLengths:
+    """``lengths`` with the ones the run evaluates with in their place: the ``eval:`` section of its ``run.yaml``
+    through :meth:`~transformer_xl.training.EvalConfig.lengths` (``ext_len`` aside: requests are read without)."""
     if run.run_config is None or not run.run_config.is_file():
-        return {}
-    section = load_run_config(str(run.run_config)).eval
-    return {k: getattr(section, k) for k in LENGTHS if getattr(section, k) is not None}
+        return lengths
+    evaluated = load_run_config(str(run.run_config)).eval.lengths(lengths)
+    return lengths.replace(**{k: getattr(evaluated, k) for k in LENGTHS})
 
 
 def _apply_run_lengths(ckpt: Checkpoint, given: Dict[str, object]) -> None:
     """Lengths not given in model_args: the run's evaluation settings when it has them (else the config's)."""
-    defaults = {k: v for k, v in run_eval_lengths(ckpt.run).items() if given.get(k) is None}
-    if defaults:
-        ckpt.model.set_lengths(ckpt.model.lengths.replace(**defaults))
+    ckpt.model.set_lengths(run_eval_lengths(ckpt.run, ckpt.model.lengths).replace(**given))
 
 
 def _auto_batch_size(model, limit: Optional[int]) -> int:
@@ -179,14 +175,8 @@ class TransformerXLLM(LM):
         fixed = _batch_size(batch_size)
         self.max_gen_toks = _int_arg("max_gen_toks", max_gen_toks, 0)
         self.batch_size = fixed or _auto_batch_size(self.model, _int_arg("max_batch_size", max_batch_size, 1))
-        self._plan_attention()
+        fit_loaded(self.model, self.batch_size)  # the streamed attention when only it fits, as txl score
         self.boundary = self._boundary_ids()
-
-    def _plan_attention(self) -> None:
-        """The streamed attention when only it fits ``batch_size`` rows (one note), as ``txl score`` does."""
-        m = self.model
-        m.set_attention(*fit_attention(m.config, self.batch_size, m.tgt_len, m.mem_len, self._device,
-                                       AttentionChoice(*m.attn_backend), extra_bytes=-weight_bytes(m)))
 
     def _boundary_ids(self) -> List[int]:
         """The token(s) a document follows: those of a line break when it is one token (``<eos>``, byte 10), else
@@ -422,3 +412,13 @@ def write_wikitext_task(folder, source, name: str = "wikitext_local", limit: Opt
 
 __all__ = ["EXTRA_HINT", "MODEL_NAME", "TransformerXLLM", "cut_at_stop", "harness_argv", "run_cli",
            "run_eval_lengths", "wikitext_documents", "write_wikitext_task"]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m transformer_xl.lm_eval ARGS``: the same as ``txl lm-eval ARGS``."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return run_guarded(lambda: run_cli(sys.argv[1:] if argv is None else argv), "txl lm-eval")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .data.tokenizer import TransformerXLTokenizer
+from .text.tokenizer import TransformerXLTokenizer
 from .devices import resolve_device
 from .errors import CheckpointError, DataError
 from .evaluation.score import TextScore, score_text
@@ -100,6 +100,43 @@ def run_lengths(config: TransformerXLConfig, **given) -> RunLengths:
     return RunLengths.of(config).replace(**given).check(config)
 
 
+@dataclass
+class FoundCheckpoint:
+    """A checkpoint found but not yet read: its files (``located``), its ``config`` and the run-time ``lengths``
+    checked against it. What a command checks before any weight (or corpus) is read is known here;
+    :meth:`open` then reads the weights and the tokenizer (:func:`open_checkpoint` is the two steps at once)."""
+
+    located: Located
+    config: TransformerXLConfig
+    lengths: RunLengths
+    label: str = ""
+
+    @property
+    def run(self) -> RunInfo:
+        return RunInfo.of(self.located)
+
+    def load_model(self, device="cpu") -> TransformerXL:
+        """The model in evaluation mode on ``device``, its run-time lengths set."""
+        model = load_located(self.located, TransformerXL, resolve_device(device))
+        model.set_lengths(self.lengths)
+        return model
+
+    def open(self, device="cpu", require_tokenizer: bool = True) -> Checkpoint:
+        """The model (:meth:`load_model`) and its tokenizer (None when it has none and none is required)."""
+        tokenizer = _open_tokenizer(self.located, self.config, require_tokenizer, self.label)
+        return Checkpoint(self.load_model(device), tokenizer, self.run)
+
+
+def find_checkpoint(name_or_path, revision: Optional[str] = None, *, cache_dir=None, token=None,
+                    local_files_only: bool = False, label: str = "", **lengths) -> FoundCheckpoint:
+    """Locate ``name_or_path`` (see :func:`open_checkpoint`), read its config and check the run-time ``lengths``
+    against it, without reading the weights."""
+    located = locate(name_or_path, revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only,
+                     label=label)
+    config = model_config(located)
+    return FoundCheckpoint(located, config, run_lengths(config, **lengths), label)
+
+
 def open_checkpoint(name_or_path, revision: Optional[str] = None, *, device="cpu", require_tokenizer: bool = True,
                     cache_dir=None, token=None, local_files_only: bool = False, label: str = "",
                     **lengths) -> Checkpoint:
@@ -111,14 +148,9 @@ def open_checkpoint(name_or_path, revision: Optional[str] = None, *, device="cpu
     is None). ``revision``, ``cache_dir``, ``token``, ``local_files_only``: for hub ids (``huggingface_hub``).
     """
     device = resolve_device(device)
-    located = locate(name_or_path, revision, cache_dir=cache_dir, token=token, local_files_only=local_files_only,
-                     label=label)
-    config = model_config(located)
-    settings = run_lengths(config, **lengths)
-    tokenizer = _open_tokenizer(located, config, require_tokenizer, label)
-    model = load_located(located, TransformerXL, device)
-    model.set_lengths(settings)
-    return Checkpoint(model, tokenizer, RunInfo.of(located))
+    found = find_checkpoint(name_or_path, revision, cache_dir=cache_dir, token=token,
+                            local_files_only=local_files_only, label=label, **lengths)
+    return found.open(device, require_tokenizer)
 
 
 def _open_tokenizer(located: Located, config: TransformerXLConfig, required: bool,
@@ -175,4 +207,5 @@ def model_card(model: TransformerXL, tokenizer: Optional[TransformerXLTokenizer]
     )
 
 
-__all__ = ["Checkpoint", "RunInfo", "model_card", "open_checkpoint", "push_to_hub", "run_lengths"]
+__all__ = ["Checkpoint", "FoundCheckpoint", "RunInfo", "find_checkpoint", "model_card", "open_checkpoint",
+           "push_to_hub", "run_lengths"]

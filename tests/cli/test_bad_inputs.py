@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from transformer_xl import cli
-from transformer_xl.cli import plot as plot_command
+from transformer_xl.cli import plot_command
 from transformer_xl.convert import export_state_dict
 from transformer_xl.data import Vocab
 from transformer_xl.model import TransformerXL, TransformerXLConfig
@@ -285,7 +285,7 @@ def test_guard_unexpected_exception_one_line_or_traceback_with_debug(capsys, std
 
 
 def test_guard_in_a_real_process():
-    code = ("import sys\nfrom transformer_xl import cli\nfrom transformer_xl.cli import plot\n"
+    code = ("import sys\nfrom transformer_xl import cli\nfrom transformer_xl.cli import plot_command as plot\n"
             "def boom(args):\n    raise KeyError('oops')\n"
             "plot.run_plot = boom\nsys.exit(cli.main(['plot', 'x']))\n")
     proc = _python(None, code=code)

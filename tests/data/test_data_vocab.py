@@ -200,7 +200,7 @@ def test_explicit_delimiter_splits_stripped_lines():
 
 
 def test_streamed_reading_keeps_offsets_and_newlines_across_blocks(tmp_path):
-    from transformer_xl.data import _io
+    from transformer_xl import _io
 
     raw = ("line one\r\nzwei\rdrei é\n" * 40).encode("utf-8")
     path = tmp_path / "t.txt"

@@ -18,7 +18,7 @@ import pytest
 from data_fixtures import one_line
 from transformer_xl.data import HFVocab, Vocab, load_plain_pickle, load_vocab, read_hf_vocab
 from transformer_xl.errors import DataError
-from transformer_xl.data.tokenizer import StreamDecoder, encode_prompt
+from transformer_xl.text.tokenizer import StreamDecoder, encode_prompt
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sacremoses")
@@ -254,7 +254,7 @@ def test_load_vocab_reads_a_folders_vocab_pkl_without_unpickling(tmp_path):
 def test_missing_sacremoses_is_one_line(monkeypatch, hf_pair):
     import builtins
 
-    from transformer_xl.data import hf_vocab
+    from transformer_xl.text import hf_vocab
 
     tok, vocab = hf_pair
     real_import = builtins.__import__

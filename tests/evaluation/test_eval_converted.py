@@ -12,7 +12,7 @@ import torch
 
 from transformer_xl import cli
 from transformer_xl.data import Vocab
-from transformer_xl.evaluation.vocab_data import remap_ids
+from transformer_xl.data.corpus_in_vocab import remap_ids
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 
 REPO = Path(__file__).resolve().parents[2]

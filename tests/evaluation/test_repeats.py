@@ -1,10 +1,10 @@
-"""The repeat analysis (transformer_xl.evaluation.repeats): distances against the definition, by hand and
+"""The repeat analysis (transformer_xl.analysis.repeats): distances against the definition, by hand and
 by brute force, alignment with per-token losses, and the block standard error."""
 
 import numpy as np
 import pytest
 
-from transformer_xl.evaluation.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
+from transformer_xl.analysis.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
                                                paired_difference, repeat_distances, repeat_distances_brute,
                                                row_distances)
 from transformer_xl.evaluation.token_losses import stream_rows
@@ -107,7 +107,7 @@ def test_paired_difference():
 def test_longmem_configs_share_the_budget():
     """The three models of benchmarks/long_memory.sh differ only as intended, at equal parameter count."""
     from transformer_xl.model import TransformerXL
-    from transformer_xl.training.config import load_run_config
+    from transformer_xl.training.run_config import load_run_config
 
     cfgs = {k: load_run_config(f"longmem_{k}") for k in ("xl", "vanilla", "absmem")}
     for c in cfgs.values():

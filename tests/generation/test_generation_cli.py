@@ -9,7 +9,7 @@ import pytest
 
 from transformer_xl.cli import main
 from transformer_xl.data import ByteVocab, Vocab
-from transformer_xl.data.tokenizer import StreamDecoder, encode_prompt
+from transformer_xl.text.tokenizer import StreamDecoder, encode_prompt
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))

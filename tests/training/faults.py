@@ -1,5 +1,5 @@
 """Fault injection for the kill-and-resume tests, from the test side: wrappers around functions of
-``transformer_xl.training.checkpoint`` that SIGKILL the process the n-th time it passes a named point inside
+``transformer_xl.training.checkpoint_files`` that SIGKILL the process the n-th time it passes a named point inside
 checkpoint writing, pruning or the best/ swap. Production code carries no test hook.
 
 =====================  ==========================================================================
@@ -20,7 +20,7 @@ import signal
 import sys
 from types import SimpleNamespace
 
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 
 POINTS = ("checkpoint_files", "checkpoint_written", "checkpoint_renamed", "prune_unmarked", "best_copied",
           "best_swapped_out")

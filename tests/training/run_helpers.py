@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 
 MAX_STEPS = 12
 

@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import load_file
 
 from transformer_xl.cli import main
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 from transformer_xl.training import load_run_config, train
-from transformer_xl.training.metrics import read_metrics
+from transformer_xl.training.metrics_log import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from run_helpers import run_args, write_corpus
 from transformer_xl.cli import main
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 from transformer_xl.training import load_run_config, train
 
 

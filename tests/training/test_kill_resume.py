@@ -19,9 +19,9 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 from transformer_xl.training import load_run_config, train
-from transformer_xl.training.metrics import read_metrics
+from transformer_xl.training.metrics_log import read_metrics
 
 import faults
 from run_helpers import MAX_STEPS, leftovers, run_args, wait_child, write_corpus

@@ -17,10 +17,10 @@ from safetensors import SafetensorError
 from run_helpers import leftovers, run_args, wait_child, write_corpus
 from transformer_xl.cli import main
 from transformer_xl.errors import ConfigError
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.lock import LOCK_NAME, RunLock
-from transformer_xl.training.metrics import read_metrics
+from transformer_xl.training.metrics_log import read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +251,7 @@ def _fail_at(monkeypatch, target: str, code_: int, step: int, safetensors_style:
 
         monkeypatch.setattr(ckpt, "save_file", failing_save)
     else:  # metrics.jsonl, from the first record of that step on
-        from transformer_xl.training import metrics
+        from transformer_xl.training import metrics_log as metrics
 
         real_log = metrics.MetricsLogger.log
 

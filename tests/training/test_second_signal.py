@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from transformer_xl.training import checkpoint as ckpt
+from transformer_xl.training import checkpoint_files as ckpt
 
 from run_helpers import run_args, wait_child, write_corpus
 

@@ -6,7 +6,7 @@ import pytest
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.model.config import RunLengths, TransformerXLConfig
-from transformer_xl.training.config import (ModelSection, builtin_config_names, load_run_config, parse_duration,
+from transformer_xl.training.run_config import (ModelSection, builtin_config_names, load_run_config, parse_duration,
                                             parse_overrides)
 from transformer_xl.training.schedule import lr_at
 
@@ -92,7 +92,7 @@ def test_parse_overrides_keeps_negative_numbers():
 
 
 def schedule(**kw):
-    from transformer_xl.training.config import TrainConfig
+    from transformer_xl.training.run_config import TrainConfig
 
     return TrainConfig(**kw)
 
@@ -112,15 +112,23 @@ def test_inv_sqrt_and_constant():
     assert lr_at(0, c) == lr_at(99, c) == 0.3
 
 
-def test_attention_is_one_option_with_older_spellings():
+def test_attention_is_one_option_and_its_removed_spellings_name_it(tmp_path):
     from transformer_xl.model.attention import AttentionChoice
     from transformer_xl.training import load_run_config
 
     assert load_run_config("default", ["--attention", "streamed:64"]).train.attention_choice() == ("streamed", 64)
     assert load_run_config("default", ["--attention", "triton"]).train.attention_choice() == ("triton", 0)
-    assert load_run_config("default", ["--attn-chunk", "32"]).train.attention_choice() == AttentionChoice("streamed", 32)
-    assert load_run_config("default", ["--fused-attention", "true"]).train.attention_choice() == ("triton", 0)
+    assert load_run_config("default", ["--attention", "streamed:32"]).train.attention_choice() == \
+        AttentionChoice("streamed", 32)
     assert load_run_config("default").train.attention_choice() == ("plain", 0)
+    (tmp_path / "old.yaml").write_text("train:\n  attn_chunk: 32\n")
+    for where, new in ((["--attn-chunk", "32"], "--attention streamed:N"),
+                       (["--fused-attention", "true"], "--attention triton"),
+                       (["--train.attn-chunk", "32"], "--attention streamed:N")):
+        with pytest.raises(ConfigError, match="removed; use " + new):
+            load_run_config("default", where)
+    with pytest.raises(ConfigError, match="train.attn_chunk: removed; use train.attention streamed:N"):
+        load_run_config(str(tmp_path / "old.yaml"))
     for bad in (["--attention", "nosuch"], ["--attention", "streamed:x"], ["--attention", "plain:3"],
                 ["--attention", "triton", "--attn-chunk", "8"]):
         with pytest.raises(ConfigError) as err:

@@ -16,7 +16,7 @@ import torch
 from transformer_xl.cli import main
 from transformer_xl.data import load_corpus
 from transformer_xl.training import load_run_config, train
-from transformer_xl.training.metrics import read_metrics
+from transformer_xl.training.metrics_log import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -150,11 +150,12 @@ def test_eval_command_reports_ppl_and_json(tmp_path, capsys):
     assert result["tokens"] == 5 * 10 * 16
     # memory-efficient attention (keys streamed in blocks) gives the same loss
     assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
-                 "--attn-chunk", "4", "--json"]) == 0
+                 "--attention", "streamed:4", "--json"]) == 0  # the one option
     assert math.isclose(json.loads(capsys.readouterr().out)["loss"], result["loss"], rel_tol=1e-5)
-    assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
-                 "--attention", "streamed:4", "--json"]) == 0  # the one option; --attn-chunk is its older spelling
-    assert math.isclose(json.loads(capsys.readouterr().out)["loss"], result["loss"], rel_tol=1e-5)
+    for removed, new in (("--attn-chunk", "--attention streamed:N"), ("--fused-attention", "--attention triton")):
+        assert main(["eval", str(run), removed, *(["4"] if removed == "--attn-chunk" else [])]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and removed in err and new in err, err
     assert main(["eval", str(run), "--attn-chunk", "-1"]) == 2
     assert "attn-chunk" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "nothing-here")]) == 2

@@ -1,4 +1,5 @@
-"""The ``txl`` command. Each sub-command is a thin wrapper over the Python API.
+"""The ``txl`` command. Each sub-command module turns its arguments into typed settings and calls one library
+function (most of them in :mod:`transformer_xl.jobs`); what it prints is the function's result.
 
 Exit status and stderr, for every sub-command:
 
@@ -20,15 +21,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
+import platform
 import sys
 from typing import List, Optional
 
+import torch
 
+from ..errors import run_guarded
 from ..version import __version__
-from ..errors import TXLError, one_line
-from . import convert, train, evaluate, plot, generate, score, context, bench, export, lm_eval  # noqa: F401,I001 (each registers its command, in this order)
-from .options import COMMANDS, check_options
+from . import (bench_command, context_command, convert_command, eval_command, export_command, generate_command,
+               lm_eval_command, plot_command, score_command, train_command)
+from .options import check_options
+
+#: The sub-commands, in the order ``txl --help`` lists them; each module's ``add(sub)`` adds its parser.
+COMMANDS = (convert_command, train_command, eval_command, plot_command, generate_command, score_command,
+            context_command, bench_command, export_command, lm_eval_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,56 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in COMMANDS.values():
-        add(sub)
+    for module in COMMANDS:
+        module.add(sub)
     return parser
-
-
-DEBUG_ENV = "TXL_DEBUG"
 
 
 def version_line() -> str:
     """``txl 0.1.0 (torch 2.13.0+cpu, Python 3.11.7)``."""
-    import platform
-
-    import torch
-
     return f"txl {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
 
 
-def _os_error_line(exc: OSError) -> str:
-    """``PATH: reason`` for a failed read or write (``PATH -> PATH2`` for a rename)."""
-    reason = exc.strerror or one_line(exc)
-    if exc.filename is None:
-        return f"{type(exc).__name__}: {reason}"
-    where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
-    return f"{where}: {reason}"
-
-
 def run_command(args, name: str) -> int:
-    """Check the options, then run ``args.func`` behind the guard described in the module docstring;
-    return the exit status."""
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    try:
+    """Check the options, then run ``args.func`` behind the guard described in the module docstring
+    (:func:`~transformer_xl.errors.run_guarded`); return the exit status."""
+
+    def command() -> int:
         check_options(args)
-        return int(args.func(args) or 0)
-    except TXLError as exc:
-        print(f"txl {name}: error: {one_line(exc)}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"txl {name}: interrupted", file=sys.stderr)
-        return 130
-    except OSError as exc:
-        if debug:
-            raise
-        print(f"txl {name}: error: {_os_error_line(exc)}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - the guard: a bug gets one line, not a traceback
-        if debug:
-            raise
-        print(f"txl {name}: error: {type(exc).__name__}: {one_line(exc)} (set {DEBUG_ENV}=1 for the traceback)",
-              file=sys.stderr)
-        return 1
+        return args.func(args)
+
+    return run_guarded(command, f"txl {name}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

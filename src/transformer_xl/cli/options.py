@@ -1,32 +1,29 @@
-"""Sub-command registration and the range checks of numeric options (declared per sub-command with
-:func:`checks`, applied before the command starts, so nothing is read, computed or written for a bad value).
+"""What the sub-commands share: the range checks of numeric options (declared per sub-command with :func:`checks`,
+applied before the command starts, so nothing is read, computed or written for a bad value), and the options that
+turn into typed settings: a checkpoint (``CKPT``, ``--revision``), the lengths, the attention, the corpus.
+
+Every ``CKPT`` argument accepts what ``TransformerXL.from_pretrained`` accepts: a hub id (``org/name``, with
+``--revision``), a folder of ours, a run directory, or a HuggingFace TransfoXL folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
-
-from ..data import KNOWN_CORPORA
 from ..errors import ConfigError
+from ..jobs import CorpusChoice
 from ..model.attention import AttentionChoice
-from .common import add_checkpoint_args
+from ..training.run_config import REMOVED_SPELLINGS, parse_attention, removed_spelling
 
-
-COMMANDS: Dict[str, Callable[[argparse._SubParsersAction], None]] = {}
-
-
-def command(fn):
-    """Register a function that adds one sub-parser."""
-    COMMANDS[fn.__name__.removeprefix("add_")] = fn
-    return fn
-
+CKPT_HELP = ("a hub id (org/name), a checkpoint folder (ours, or a HuggingFace TransfoXL folder with its "
+             "vocab.pkl) or a run directory (its best/, else its last checkpoint)")
 
 Check = Tuple[str, Optional[float], Optional[float], bool]  # (flag, lower, upper, lower bound excluded)
 
 
+# ---------------------------------------------------------------------------- range checks
 def check_range(flag: str, value, lo: Optional[float] = None, hi: Optional[float] = None,
                 lo_open: bool = False) -> None:
     """ConfigError naming ``flag`` unless ``value`` (a number, a list of numbers or None) is finite and in
@@ -68,16 +65,14 @@ def check_options(args) -> None:
         check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), lo, hi, lo_open)
 
 
-def check_dataset(name: str, own_files: str) -> None:
-    """ConfigError naming ``--dataset`` unless ``name`` is a named corpus or ``text`` (the user's own files, given
-    with the flag ``own_files``, e.g. ``--train-file``)."""
-    if name == "text" or str(name).strip().lower() in KNOWN_CORPORA:
-        return
-    raise ConfigError(f"--dataset: unknown corpus {name!r}; expected one of {', '.join(KNOWN_CORPORA)}, text "
-                      f"(your own files: --dataset text {own_files} FILE)")
-
-
+# ---------------------------------------------------------------------------- checkpoints and lengths
 INFERENCE_CHECKS = (at_least("--tgt-len", 1), at_least("--mem-len", 0))
+
+
+def add_checkpoint_args(p, nargs=None) -> None:
+    """The ``CKPT`` positional argument and ``--revision``."""
+    p.add_argument("checkpoint" if nargs is None else "checkpoints", metavar="CKPT", nargs=nargs, help=CKPT_HELP)
+    p.add_argument("--revision", help="for hub ids: a branch, tag or commit (default: main)")
 
 
 def add_inference_args(p) -> None:
@@ -87,26 +82,40 @@ def add_inference_args(p) -> None:
     p.add_argument("--device", default="auto")
 
 
+# ---------------------------------------------------------------------------- the attention
 def add_attention_args(p) -> None:
-    """``--attention NAME[:CHUNK]``, the one option that picks the attention, and its older spellings."""
+    """``--attention NAME[:CHUNK]``, the one option that picks the attention; its removed spellings are kept only
+    to answer them with one line."""
     p.add_argument("--attention", metavar="NAME[:CHUNK]",
                    help="the attention back-end (attn_type 0), same results: plain (default); streamed:N, keys N at a "
                         "time (e.g. streamed:256), so peak memory no longer grows with --mem-len; triton, the fused "
                         "CUDA kernel (elsewhere streamed with :N, else plain)")
-    p.add_argument("--attn-chunk", type=int, default=0, metavar="N", help="the same as --attention streamed:N")
-    p.add_argument("--fused-attention", action="store_true", help="the same as --attention triton")
+    for name in REMOVED_SPELLINGS:
+        p.add_argument("--" + name.replace("_", "-"), dest="removed_" + name, nargs="?", const="", default=None,
+                       help=argparse.SUPPRESS)
 
 
-def attention_option(args) -> AttentionChoice:
-    """The attention asked for on the command line (ConfigError naming the flag when it is not one)."""
-    chunk, fused = getattr(args, "attn_chunk", 0) or 0, getattr(args, "fused_attention", False)
-    check_range("--attn-chunk", chunk, 0)
-    text = getattr(args, "attention", None)
-    if text is None:
-        return AttentionChoice.of(chunk, fused)
-    if chunk or fused:
-        raise ConfigError("--attention: give it alone (--attn-chunk and --fused-attention are its older spellings)")
-    try:
-        return AttentionChoice.parse(text)
-    except ValueError as exc:
-        raise ConfigError(f"--attention: {exc}") from None
+def attention_option(args) -> Optional[AttentionChoice]:
+    """The attention asked for on the command line, None when none was (ConfigError naming the flag)."""
+    for name in REMOVED_SPELLINGS:
+        if getattr(args, "removed_" + name) is not None:
+            raise removed_spelling("--" + name.replace("_", "-"), flag=True)
+    return None if args.attention is None else parse_attention(args.attention, "--attention")
+
+
+# ---------------------------------------------------------------------------- the corpus of eval and context
+def add_corpus_args(p, use: str) -> None:
+    """``--dataset``, ``--data-dir``, ``--test-file``/``--valid-file``/``--train-file`` and ``--cache-dir``;
+    ``use`` says what the command does with the corpus (``"evaluate on"``)."""
+    p.add_argument("--dataset", help=f"the corpus to {use}, encoded with the checkpoint's vocabulary: a named "
+                                     f"corpus (with --data-dir), or 'text' with --test-file/--valid-file/--train-file "
+                                     f"(default: the run's corpus, from run.yaml)")
+    p.add_argument("--data-dir", help="local copy of the corpus (default: the run's)")
+    for split in ("test", "valid", "train"):
+        p.add_argument(f"--{split}-file", help=f"with --dataset text: the file read by --split {split}")
+    p.add_argument("--cache-dir", help="corpus cache (default: $TXL_CACHE_DIR or ~/.cache/transformer-xl)")
+
+
+def corpus_choice(args) -> CorpusChoice:
+    files = {s: getattr(args, f"{s}_file") for s in ("train", "valid", "test") if getattr(args, f"{s}_file")}
+    return CorpusChoice(args.dataset, args.data_dir, args.cache_dir, files)

@@ -34,7 +34,7 @@ import torch
 from ..errors import CheckpointError, ConfigError
 from ..model.config import TransformerXLConfig, read_json_object
 from ..model.transformer import TransformerXL
-from ..training.config import builtin_config_names, load_run_config
+from ..training.run_config import builtin_config_names, load_run_config
 from .original import check_out_dir, convert_state_dict
 from .tf_checkpoint import TFCheckpoint, is_model_weight
 

@@ -1,4 +1,5 @@
-"""Data layer: vocabularies, named and user corpora (downloaded, encoded, cached) and ordered LM batches.
+"""Corpora: named and user corpora (downloaded, encoded, cached) and ordered LM batches. The vocabularies they
+are encoded with live in :mod:`transformer_xl.text`; the ones shown below are importable from here too.
 
 Quick tour::
 
@@ -21,23 +22,19 @@ Every user error (missing, empty or undecodable file, unknown corpus, failed dow
 :class:`transformer_xl.errors.DataError`.
 """
 
-from .bpe import BPETokenizer
-from .cache import CACHE_ENV, cache_root
+from ..text import BPETokenizer, ByteVocab, HFVocab, Tokenizer, Vocab, load_plain_pickle, load_vocab, read_hf_vocab
 from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_corpus, load_text_corpus, metric_name,
                      split_sizes)
+from .corpus_cache import CACHE_ENV, cache_root
 from .download import RemoteFile, download_file, verify_file
-from .hf_vocab import HFVocab, read_hf_vocab
 from .iterator import LMOrderedIterator, align_labels
-from .original import ORIGINAL_CORPORA, original_vocab
+from .original_vocab import ORIGINAL_CORPORA, original_vocab
 from .run_corpus import load_run_corpus
-from .safe_pickle import load_plain_pickle
 from .stdlib import DEFAULT_CORPUS_BYTES
-from .vocab import ByteVocab, Tokenizer, Vocab
-from .vocab_files import load_vocab
 
 __all__ = [
     "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "HFVocab", "KNOWN_CORPORA", "LEVELS",
-    "LMOrderedIterator", "align_labels", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "cache_root", "download_file",
-    "load_corpus", "load_default_corpus", "load_plain_pickle", "load_run_corpus", "load_text_corpus", "load_vocab",
-    "metric_name", "original_vocab", "read_hf_vocab", "split_sizes", "verify_file",
+    "LMOrderedIterator", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "align_labels", "cache_root",
+    "download_file", "load_corpus", "load_default_corpus", "load_plain_pickle", "load_run_corpus", "load_text_corpus",
+    "load_vocab", "metric_name", "original_vocab", "read_hf_vocab", "split_sizes", "verify_file",
 ]

@@ -31,16 +31,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..files import write_json
-from ._io import (JSON_STYLE, PathLike, check_file, fingerprint, read_bytes, read_text, smallest_dtype, split_lines,
+from .._io import (JSON_STYLE, PathLike, check_file, fingerprint, read_bytes, read_text, smallest_dtype, split_lines,
                   stable_hash)
-from .bpe import BPETokenizer
-from .cache import SPLITS, cache_root, corpus_dir, load_corpus_files, save_corpus
+from ..text.bpe import BPETokenizer
+from .corpus_cache import SPLITS, cache_root, corpus_dir, load_corpus_files, save_corpus
 from .download import Member, MemberPattern, RemoteFile, download_file, extract_members
 from .iterator import LMOrderedIterator
 from .stdlib import DEFAULT_CORPUS_BYTES, describe_sources, read_sources, select_sources
-from .vocab import EOS, ByteVocab, Tokenizer, Vocab
+from ..text.vocab import EOS, ByteVocab, Tokenizer, Vocab
 
 log = logging.getLogger(__name__)
 
@@ -378,6 +378,15 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
 )})
 
 KNOWN_CORPORA = (*SPECS, "default")  # in the order of the module docstring's table
+
+
+def check_dataset(name: str, own_files: str) -> None:
+    """ConfigError naming ``--dataset`` unless ``name`` is a named corpus or ``text`` (the user's own files, given
+    with the flag ``own_files``, e.g. ``--train-file``)."""
+    if name == "text" or str(name).strip().lower() in KNOWN_CORPORA:
+        return
+    raise ConfigError(f"--dataset: unknown corpus {name!r}; expected one of {', '.join(KNOWN_CORPORA)}, text "
+                      f"(your own files: --dataset text {own_files} FILE)")
 
 
 def _spec(name: str) -> CorpusSpec:

@@ -26,7 +26,7 @@ from urllib.request import Request, urlopen
 
 from ..errors import DataError
 from ..files import atomic_write_stream
-from ._io import PathLike
+from .._io import PathLike
 
 log = logging.getLogger(__name__)
 

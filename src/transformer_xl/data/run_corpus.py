@@ -10,15 +10,17 @@ become ``<unk>`` (counted in one warning line); when it has no ``<unk>``, the fi
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from .._io import check_file, smallest_dtype
 from ..errors import DataError
-from ._io import check_file, normalize_newlines, smallest_dtype, split_lines
+from ..text.vocab import Tokenizer
 from .corpus import Corpus, _user_parts, load_corpus, load_text_corpus
-from .vocab import ByteVocab, Tokenizer, Vocab
+from .corpus_in_vocab import INIT_FROM_VOCAB, encode_in_vocab, remap_ids, warn_unknown
 
 log = logging.getLogger(__name__)
 
@@ -46,91 +48,49 @@ def _need_train_file(data) -> None:
 
 
 # ---------------------------------------------------------------------------- in a fixed vocabulary
-def encode_counting(vocab, text, what: str) -> Tuple[np.ndarray, int]:
-    """Ids ``[N]`` of ``text`` under a fixed vocabulary and how many symbols became ``<unk>``."""
-
-    if not isinstance(vocab, Vocab):  # bytes and byte-level BPE: nothing is ever unknown
-        return np.asarray(vocab.encode(text), dtype=np.int64), 0
-    unk = vocab.unk_idx
-    if vocab.level != "word":
-        try:
-            ids = vocab.encode(text)
-        except DataError as exc:
-            raise DataError(f"{what}: {exc} (the vocabulary of the --init-from checkpoint)") from None
-        return ids, int((ids == unk).sum()) if unk is not None else 0
-
-    table, ids, unknown = vocab.sym2idx, [], 0
-    for line in split_lines(normalize_newlines(text)):
-        for sym in vocab.tokenize(line):
-            idx = table.get(sym)
-            if idx is None:
-                if unk is None:
-                    raise DataError(f"{what}: symbol {sym!r} is not in the vocabulary of the --init-from "
-                                    f"checkpoint, which has no <unk> to map it to")
-                idx, unknown = unk, unknown + 1
-            ids.append(idx)
-    return np.asarray(ids, dtype=np.int64), unknown
+Splits = Dict[str, np.ndarray]
 
 
-def _text_splits(data_cfg, vocab) -> Tuple[Dict[str, np.ndarray], int, int]:
+def _text_splits(data_cfg, vocab) -> Tuple[Splits, int, Counter]:
+    """The user's files (valid and test carved from train when not given), tokenized by ``vocab``'s rules."""
     _need_train_file(data_cfg)
     paths = {"train": check_file(data_cfg.train_file, "train file"),
              "valid": None if data_cfg.valid_file is None else check_file(data_cfg.valid_file, "valid file"),
              "test": None if data_cfg.test_file is None else check_file(data_cfg.test_file, "test file")}
-    level = "byte" if vocab.level == "byte" else ("char" if vocab.level == "char" else "word")
     if data_cfg.level != vocab.level:
         log.info("--init-from: the checkpoint's vocabulary is %s level: the text is read at that level", vocab.level)
-    parts = _user_parts(paths, level)
-    splits, unknown, total = {}, 0, 0
-    for split, part in parts.items():
+    level = vocab.level if vocab.level in ("byte", "char") else "word"
+    splits, n_unknown, unknown = {}, 0, Counter()
+    for split, part in _user_parts(paths, level).items():
         what = f"the {split} split ({paths[split] or 'carved from ' + str(paths['train'])})"
-        ids, n_unknown = encode_counting(vocab, part, what)
+        ids, n, symbols = encode_in_vocab(vocab, part, what, INIT_FROM_VOCAB)
         if ids.size == 0:
             raise DataError(f"{what} has no tokens")
-        splits[split], unknown, total = ids, unknown + n_unknown, total + ids.size
-    return splits, unknown, total
+        splits[split], n_unknown, unknown = ids, n_unknown + n, unknown + symbols
+    return splits, n_unknown, unknown
 
 
-def _mapped_splits(data_cfg, vocab) -> Tuple[Dict[str, np.ndarray], int, int, str]:
+def _mapped_splits(data_cfg, vocab) -> Tuple[Splits, int, Counter, str]:
     """A named corpus, its ids mapped symbol by symbol onto ``vocab``."""
-
     corpus = load_corpus(data_cfg.dataset, data_dir=data_cfg.data_dir, cache_dir=data_cfg.cache_dir)
-    source = corpus.vocab
-    splits = {s: np.asarray(getattr(corpus, s), dtype=np.int64) for s in ("train", "valid", "test")}
-    if isinstance(source, ByteVocab) and isinstance(vocab, ByteVocab):
-        return splits, 0, 0, corpus.name
-    if not (isinstance(source, Vocab) and isinstance(vocab, Vocab) and source.level == vocab.level):
-        raise DataError(f"dataset {data_cfg.dataset}: its {source.level}-level vocabulary cannot be mapped onto the "
-                        f"--init-from checkpoint's {vocab.level}-level one; fine-tune on the corpus' files with "
-                        f"--dataset text --train-file ... instead")
-    lower = vocab.lower_case and not source.lower_case
-    lut = np.empty(len(source), dtype=np.int64)
-    unknown_mask = np.zeros(len(source), dtype=bool)
-    for i, sym in enumerate(source.idx2sym):
-        idx = vocab.sym2idx.get(sym.lower() if lower else sym)
-        if idx is None:
-            if vocab.unk_idx is None:
-                raise DataError(f"dataset {data_cfg.dataset}: symbol {sym!r} is not in the vocabulary of the "
-                                f"--init-from checkpoint, which has no <unk> to map it to")
-            idx, unknown_mask[i] = vocab.unk_idx, True
-        lut[i] = idx
-    unknown = sum(int(unknown_mask[ids].sum()) for ids in splits.values())
-    total = sum(ids.size for ids in splits.values())
-    return {s: lut[ids] for s, ids in splits.items()}, unknown, total, corpus.name
+    splits, n_unknown, unknown = {}, 0, Counter()
+    for split in ("train", "valid", "test"):
+        ids, n, symbols = remap_ids(corpus.split(split), corpus.vocab, vocab, f"dataset {data_cfg.dataset}",
+                                    INIT_FROM_VOCAB)
+        splits[split], n_unknown, unknown = ids, n_unknown + n, unknown + symbols
+    return splits, n_unknown, unknown, corpus.name
 
 
 def _in_vocab(data_cfg, vocab, source) -> Corpus:
     """The run's corpus encoded with a fixed vocabulary (the ``--init-from`` checkpoint's, saved at ``source``)."""
-
     if data_cfg.dataset == "text":
-        splits, unknown, total = _text_splits(data_cfg, vocab)
+        splits, n_unknown, unknown = _text_splits(data_cfg, vocab)
         name = Path(data_cfg.train_file).stem
     else:
-        splits, unknown, total, name = _mapped_splits(data_cfg, vocab)
-    if unknown:
-        log.warning("--init-from: %s of %s tokens (%.2f%%) are not in the vocabulary of %s and became <unk>",
-                    f"{unknown:,}", f"{total:,}", 100.0 * unknown / max(total, 1), source)
+        splits, n_unknown, unknown, name = _mapped_splits(data_cfg, vocab)
+    warn_unknown(f"--init-from {source}", n_unknown, unknown, sum(ids.size for ids in splits.values()),
+                 INIT_FROM_VOCAB)
     dtype = smallest_dtype(len(vocab))
     arrays = {s: ids.astype(dtype) for s, ids in splits.items()}
     return Corpus(name, vocab.level, vocab, arrays["train"], arrays["valid"], arrays["test"],
-                  meta={"init_from": str(source), "unknown_tokens": unknown})
+                  meta={"init_from": str(source), "unknown_tokens": n_unknown})

@@ -24,8 +24,6 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .figures import pyplot, save_figure
-from .metrics import metric_value
 from .token_losses import segment_losses, sliding_losses
 
 Losses = Mapping[int, np.ndarray]  # context length -> per-token losses [N], same tokens for every length
@@ -93,20 +91,3 @@ def recl(group: Mapping[str, Losses], lengths: Sequence[int], r: float = 0.1, th
             c = c_long
         results[name] = RECLResult(name, c, capped and len(lengths) > 1, gains)
     return results
-
-
-def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = "ppl") -> None:
-    """Loss (as ppl or bpc) against context length, one line per model."""
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for name, curve in curves.items():
-        xs = sorted(curve)
-        ys = [metric_value(curve[c], metric) for c in xs]
-        ax.plot(xs, ys, "o-", label=name, markersize=4)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("perplexity" if metric == "ppl" else "bits per character")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    save_figure(fig, path, "--plot")

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from ..data.tokenizer import TransformerXLTokenizer, warn_unknown_words
+from ..text.tokenizer import TransformerXLTokenizer, warn_unknown_words
 from ..errors import DataError
 from .metrics import named_figures
 from .segments import losses_with_memory, row_segments

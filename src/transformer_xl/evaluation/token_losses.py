@@ -18,6 +18,8 @@ import torch
 
 from .segments import losses_with_memory, row_segments
 
+WINDOWS_PER_CALL = 64  # windows one forward pass of the sliding evaluation runs
+
 
 def stream_rows(data, batch_size: int) -> torch.Tensor:
     """``[N] -> [B, N // B]`` contiguous rows, as :class:`LMOrderedIterator` lays them out."""
@@ -45,7 +47,7 @@ def segment_losses(model, data, batch_size: int, tgt_len: int, mem_len: int, max
 
 @torch.no_grad()
 def sliding_losses(model, data, batch_size: int, window: int, max_tokens: Optional[int] = None,
-                   windows_per_call: int = 64, device=None, first: int = 0) -> torch.Tensor:
+                   windows_per_call: int = WINDOWS_PER_CALL, device=None, first: int = 0) -> torch.Tensor:
     """``[B, P]`` per-token losses where each prediction runs its own window of ``window`` tokens.
 
     Predictions before index ``first`` are skipped (left NaN), e.g. to time full windows only.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from ..data.tokenizer import TransformerXLTokenizer
+from ..text.tokenizer import TransformerXLTokenizer
 from ..errors import DataError
 from .generate import generate
 from .sampling import SamplingConfig

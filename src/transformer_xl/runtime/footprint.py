@@ -293,6 +293,19 @@ def fit_attention(config: TransformerXLConfig, batch_size: int, tgt_len: int, me
     return AttentionChoice("streamed" if choice.backend == "plain" else choice.backend, chunk)
 
 
+def weight_bytes(model) -> int:
+    """Bytes of a loaded model's weights (already resident, so not counted again against the free memory)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def fit_loaded(model, batch_size: int) -> None:
+    """Set the attention a loaded model runs ``batch_size`` rows with at its lengths: its own, or the streamed one
+    when only that fits (one note); ConfigError when nothing fits."""
+    device = next(model.parameters()).device
+    model.set_attention(*fit_attention(model.config, batch_size, model.tgt_len, model.mem_len, device,
+                                       AttentionChoice(*model.attn_backend), extra_bytes=-weight_bytes(model)))
+
+
 def check_decoding_fits(config: TransformerXLConfig, batch_size: int, tgt_len: int, mem_len: int, tokens: int,
                         device: Union[str, torch.device] = "cpu", available: Optional[int] = None,
                         extra_bytes: int = 0) -> None:
@@ -311,4 +324,4 @@ def check_decoding_fits(config: TransformerXLConfig, batch_size: int, tgt_len: i
 
 __all__ = ["Footprint", "MARGIN", "STREAM_CHUNK", "available_bytes", "check_decoding_fits", "check_fits",
            "decoding_footprint", "fit_attention", "format_bytes", "forward_footprint", "parameter_count",
-           "plan_attention"]
+           "fit_loaded", "plan_attention", "weight_bytes"]

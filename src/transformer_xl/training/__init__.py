@@ -1,6 +1,6 @@
 """Training: run configuration, optimiser and schedules, checkpoints, metrics and the loop."""
 
-from .config import DataConfig, EvalConfig, ModelSection, RunConfig, TrainConfig, load_run_config, run_config_from_dict
+from .run_config import DataConfig, EvalConfig, ModelSection, RunConfig, TrainConfig, load_run_config, run_config_from_dict
 from .loop import Trainer, TrainResult, train
 
 __all__ = ["DataConfig", "EvalConfig", "ModelSection", "RunConfig", "TrainConfig", "Trainer", "TrainResult", "load_run_config",

@@ -1,11 +1,19 @@
-"""Saving and restoring the stateful parts of a run, in the layout of :mod:`.checkpoint`.
+"""Saving and restoring the stateful parts of a run, in the layout of :mod:`.checkpoint_files`.
 
-A run's state is made of parts that each save and restore themselves, as torchtitan's ``CheckpointManager``
-treats DCP ``Stateful`` objects: the model's weights, the optimiser, the trainer's own state (step, data
-position, best validation, grad scaler: anything with ``state_dict()``/``load_state_dict()``), the memories of the
-global batch rows and every rank's RNG. :class:`Checkpointer` gathers them from every rank (full tensors, also
-from FSDP shards), lets rank 0 write one checkpoint (marker last, older ones pruned, best/ swapped atomically),
-and puts them back on resume, whatever the world size that divides the global batch.
+A run's state is made of parts registered by name (:meth:`Checkpointer.register`), each saved and restored by what
+it is, as torchtitan's ``CheckpointManager`` treats DCP ``Stateful`` objects:
+
+* ``model``: the weights (from the module, or full tensors gathered from FSDP shards), read back first, before
+  DDP or FSDP wraps the module;
+* ``optimizer``: its state dict, full tensors through the run's parallel mode;
+* ``trainer``: anything with ``state_dict()``/``load_state_dict()`` (step, data position, best validation, grad
+  scaler), as ``trainer_state.json``;
+* ``memories``: a :class:`ChunkMemories`, the memories of this rank's rows, gathered into the global batch;
+* ``vocab``: the vocabulary, written beside the weights with the run's ``run.yaml``.
+
+Every rank's RNG is saved and restored with them. :class:`Checkpointer` gathers the parts from every rank, lets
+rank 0 write one checkpoint (marker last, older ones pruned, best/ swapped atomically), and puts them back on
+resume, whatever the world size that divides the global batch.
 """
 
 from __future__ import annotations
@@ -19,37 +27,64 @@ import torch
 
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 from . import distributed, preflight
 from .run_dir import RunDirectory
 
 log = logging.getLogger(__name__)
 
 
+class ChunkMemories:
+    """The memories of this rank's rows of the batch, one per chunk (``None``: no memory yet): a stateful part."""
+
+    def __init__(self, n_chunks: int):
+        self.chunks: List = [None] * n_chunks
+
+    def reset(self) -> None:
+        self.chunks = [None] * len(self.chunks)
+
+
 class Checkpointer:
     """Checkpoints of one run (module docstring): ``run_dir`` holds them, ``dist``/``parallel`` are the run's
-    process group and parallel mode, ``keep`` how many to keep."""
+    process group and parallel mode, ``keep`` how many to keep, ``seed`` reseeds a rank the checkpoint has no RNG
+    state for."""
 
-    def __init__(self, run_dir: RunDirectory, dist, parallel, keep: int):
-        self.run_dir, self.dist, self.parallel, self.keep = run_dir, dist, parallel, keep
+    PARTS = ("model", "optimizer", "trainer", "memories", "vocab")
+
+    def __init__(self, run_dir: RunDirectory, dist, parallel, keep: int, seed: int):
+        self.run_dir, self.dist, self.parallel, self.keep, self.seed = run_dir, dist, parallel, keep, seed
+        self.parts: Dict[str, object] = {}
+
+    def register(self, **parts) -> None:
+        """Add stateful parts by name (:attr:`PARTS`)."""
+        unknown = sorted(set(parts) - set(self.PARTS))
+        if unknown:
+            raise ValueError(f"Checkpointer.register: unknown part(s) {', '.join(unknown)}; known: {self.PARTS}")
+        self.parts.update(parts)
+
+    def _all(self) -> Tuple:
+        missing = [name for name in self.PARTS if name not in self.parts]
+        if missing:
+            raise ValueError(f"Checkpointer: part(s) {', '.join(missing)} not registered")
+        return tuple(self.parts[name] for name in self.PARTS)
 
     # ------------------------------------------------------------------ saving
-    def save(self, step: int, model: TransformerXL, optimizer, trainer_state: dict, chunk_mems: List, vocab,
-             is_best: bool = False, best_valid: Optional[float] = None) -> Optional[Path]:
-        """Every rank hands its part to rank 0, which writes checkpoint ``step`` (and best/ when ``is_best``);
+    def save(self, step: int, is_best: bool = False, best_valid: Optional[float] = None) -> Optional[Path]:
+        """Every rank hands its parts to rank 0, which writes checkpoint ``step`` (and best/ when ``is_best``);
         the others wait. Rank 0 gets the path."""
+        model, optimizer, trainer, memories, vocab = self._all()
         weights = self.parallel.full_model_tensors(model)
         optimizer_state = self.parallel.full_optimizer_state(model, optimizer)
-        mems = distributed.gather_memory(self.dist, chunk_mems)
+        mems = distributed.gather_memory(self.dist, memories.chunks)
         rng = distributed.gather_rng(self.dist) if self.dist.active else ckpt.rng_state()
         path = None
         if self.dist.is_main:
             root = self.run_dir.path
             with preflight.disk_writes(f"checkpoint step {step} in {ckpt.checkpoints_dir(root)}",
                                        self.run_dir.intact_hint):
-                path = ckpt.save_checkpoint(root, step, _model_writer(model, weights), optimizer_state, trainer_state,
-                                            {**rng, **ckpt.mems_to_tensors(mems)}, self._extra_writer(vocab),
-                                            self.keep)
+                path = ckpt.save_checkpoint(root, step, _model_writer(model, weights), optimizer_state,
+                                            trainer.state_dict(), {**rng, **ckpt.mems_to_tensors(mems)},
+                                            self._extra_writer(vocab), self.keep)
                 if is_best:
                     ckpt.copy_as_best(path, root, info={"step": step, "valid_loss": best_valid})
         self.dist.barrier()
@@ -71,13 +106,13 @@ class Checkpointer:
                               f"resume with the run's own run.yaml")
         model.load_state_dict(saved.state_dict())
 
-    def load(self, directory: Path, model: TransformerXL, optimizer, vocab_size: int) -> Tuple[dict, Dict]:
-        """Restore the optimiser; returns the trainer's state (``trainer_state.json``) and the tensors of
-        ``state.safetensors`` (memories, RNG) for :meth:`memories` and :meth:`restore_rng`."""
+    def load(self, directory: Path) -> None:
+        """Restore the optimiser, the trainer's state (``trainer_state.json``), this rank's memories and RNG."""
+        model, optimizer, trainer, memories, vocab = self._all()
         state, optimizer_state, tensors = ckpt.load_training_state(directory)
-        if state.get("vocab_size") != vocab_size:
+        if state.get("vocab_size") != len(vocab):
             raise DataError(f"{directory}: vocabulary of {state.get('vocab_size')} symbols does not match the "
-                            f"corpus' {vocab_size}")
+                            f"corpus' {len(vocab)}")
         try:
             self.parallel.load_optimizer_state(model, optimizer, optimizer_state)
         except (ValueError, KeyError, IndexError, RuntimeError) as exc:
@@ -86,14 +121,11 @@ class Checkpointer:
         saved_world = state.get("world_size", 1)
         log.info("resumed %s at step %d%s", directory, state["step"], f" (written by {saved_world} processes, now "
                  f"{self.dist.world_size})" if saved_world != self.dist.world_size else "")
-        return state, tensors
-
-    def memories(self, tensors: Dict[str, torch.Tensor], batch_size: int, batch_chunk: int) -> List:
-        """This rank's memories, one per chunk of its rows of the global batch."""
-        return ckpt.mems_from_tensors(tensors, batch_size, self.dist.rows(batch_size), batch_chunk, self.dist.device)
-
-    def restore_rng(self, tensors: Dict[str, torch.Tensor], seed: int) -> None:
-        distributed.restore_rng(self.dist, tensors, seed)
+        trainer.load_state_dict(state)
+        batch_size, n_chunks = state["data"]["batch_size"], len(memories.chunks)
+        memories.chunks = ckpt.mems_from_tensors(tensors, batch_size, self.dist.rows(batch_size), n_chunks,
+                                                 self.dist.device)
+        distributed.restore_rng(self.dist, tensors, self.seed)
 
 
 def _model_writer(model: TransformerXL, weights):
@@ -103,4 +135,4 @@ def _model_writer(model: TransformerXL, weights):
     return lambda directory: ckpt.save_model_tensors(directory, model.config, weights)
 
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "ChunkMemories"]

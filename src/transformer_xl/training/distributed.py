@@ -32,7 +32,7 @@ import torch
 from .. import devices
 from ..errors import ConfigError, TXLError
 from ..model.saving import unique_state_dict
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 
 log = logging.getLogger(__name__)
 

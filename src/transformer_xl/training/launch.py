@@ -15,7 +15,7 @@ import threading
 from typing import List, Sequence
 
 from ..errors import ConfigError
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 from .distributed import check_batch_split, torchrun_env
 
 

@@ -33,11 +33,11 @@ from ..runtime.footprint import fit_attention
 from ..model.saving import load_into
 from ..checkpoints.loading import read_weights
 from ..labels import IGNORE_INDEX
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 from . import distributed, finetune, preflight
 from .allocator import keep_cpu_memory
-from .checkpointer import Checkpointer
-from .config import ModelSection, RunConfig
+from .checkpointer import Checkpointer, ChunkMemories
+from .run_config import ModelSection, RunConfig
 from .run_dir import RunDirectory
 from .schedule import build_optimizer, lr_at, set_lr
 from .signals import stop_requests
@@ -96,7 +96,7 @@ class Trainer:
             keep_cpu_memory()
         self.directory = RunDirectory(t.run_dir, self.dist).open()
         self.run_dir = self.directory.path
-        self.checkpointer = Checkpointer(self.directory, self.dist, self.parallel, t.keep_checkpoints)
+        self.checkpointer = Checkpointer(self.directory, self.dist, self.parallel, t.keep_checkpoints, t.seed)
         try:
             self._prepare(resume, corpus)
         except BaseException:
@@ -139,19 +139,19 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, t)
         self.scaler = self.parallel.grad_scaler(t.precision == "fp16")
         self.step, self.best_valid, self.best_step, self.last_valid = 0, None, None, None
-        self.chunk_mems: List = [None] * t.batch_chunk
+        self.memories = ChunkMemories(t.batch_chunk)
         self.iterator = self._new_iterator()
-        self.elapsed_before = 0.0
-        self._legacy_best = False
+        self.elapsed_before = self.elapsed = 0.0
+        self.checkpointer.register(model=self.model, optimizer=self.optimizer, trainer=self, memories=self.memories,
+                                   vocab=self.corpus.vocab)
         if latest is not None:
-            self._restore_state(latest)
+            self.checkpointer.load(latest)  # optimiser, this trainer's state, memories, RNG
         elif resume:
             log.info("no checkpoint in %s yet: starting from scratch", self.run_dir)
         if self.dist.is_main:
             mem_floats = (self.model.config.n_layer + 1) * t.batch_size * self.model.config.mem_len * self.model.config.d_model
             preflight.check_free_space(self.run_dir, preflight.checkpoint_bytes(self.model.num_parameters(), 2, mem_floats))
-        self.directory.accept(self.cfg.to_dict(), t.tensorboard, self.step, self.best_step, self.best_valid,
-                              repair_best=not self._legacy_best)
+        self.directory.accept(self.cfg.to_dict(), t.tensorboard, self.step, self.best_step, self.best_valid)
 
     def _plan_attention(self) -> AttentionChoice:
         """The configured attention, or the streamed one when only it fits (one warning); lengths whose training
@@ -180,20 +180,12 @@ class Trainer:
         log.info("fine-tuning from %s (%s parameters); fresh optimiser and schedule", init.directory,
                  f"{self.model.num_parameters():,}")
 
-    def _restore_state(self, directory: Path) -> None:
-        """The optimiser, this trainer's state, the memories and the RNG of a checkpoint (the weights come first)."""
-        t = self.cfg.train
-        state, tensors = self.checkpointer.load(directory, self.model, self.optimizer, len(self.corpus.vocab))
-        self.load_state_dict(state)
-        self.chunk_mems = self.checkpointer.memories(tensors, t.batch_size, t.batch_chunk)
-        self.checkpointer.restore_rng(tensors, t.seed)
-
     # ------------------------------------------------------------------ one step
     def _batches(self):
         """Training batches forever; each epoch starts the streams again and forgets the memory."""
         while True:
             if self.iterator.position == 0:
-                self.chunk_mems = [None] * self.cfg.train.batch_chunk
+                self.memories.reset()
             for inp, tgt, _ in self.iterator:
                 yield inp, align_labels(inp, tgt)
 
@@ -212,10 +204,10 @@ class Trainer:
         for c, (inp_c, tgt_c) in enumerate(zip(inp.chunk(t.batch_chunk), tgt.chunk(t.batch_chunk))):
             with self.parallel.chunk_sync(self.engine, last=c == t.batch_chunk - 1):
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-                    out = self.engine(inp_c, tgt_c, mems=self.chunk_mems[c])
+                    out = self.engine(inp_c, tgt_c, mems=self.memories.chunks[c])
                 loss = out.loss.float() / t.batch_chunk
                 self.scaler.scale(loss).backward()
-            self.chunk_mems[c] = out.mems
+            self.memories.chunks[c] = out.mems
             total += float(loss.detach())
         self.parallel.drop_unused_grads(self.model)
         if t.clip > 0:
@@ -245,12 +237,12 @@ class Trainer:
         total = len(LMOrderedIterator(self.corpus.valid, e.batch_size, e.lengths(self.model.lengths).tgt_len))
         return f" (first {e.max_steps} of {total} segments)" if e.max_steps is not None and e.max_steps < total else ""
 
-    def state_dict(self, elapsed: float) -> dict:
+    def state_dict(self) -> dict:
         """The trainer's own state (``trainer_state.json``): step, data position, best and last validation,
         elapsed time, grad-scaler state, and what the resume checks compare (vocabulary size, world size)."""
         return {"step": self.step, "epoch": self.epoch, "data": self.iterator.state_dict(),
                 "best_valid": self.best_valid, "best_step": self.best_step, "last_valid": self.last_valid,
-                "elapsed": elapsed,
+                "elapsed": self.elapsed,
                 "vocab_size": len(self.corpus.vocab), "metric": self.metric,
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "world_size": self.dist.world_size, "parallel": self.dist.parallel if self.dist.active else None}
@@ -260,16 +252,16 @@ class Trainer:
         self.step = state["step"]
         self.best_valid, self.last_valid = state.get("best_valid"), state.get("last_valid")
         self.best_step = state.get("best_step")
-        self._legacy_best = "best_step" not in state  # written before best_step was kept: leave best/ alone
         self.elapsed_before = state.get("elapsed", 0.0)
         self.iterator.load_state_dict(state["data"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
 
     def save(self, elapsed: float, is_best: bool = False) -> Optional[Path]:
-        """A checkpoint of this step (every rank calls it; rank 0 writes it and gets the path)."""
-        return self.checkpointer.save(self.step, self.model, self.optimizer, self.state_dict(elapsed), self.chunk_mems,
-                                      self.corpus.vocab, is_best, self.best_valid)
+        """A checkpoint of this step after ``elapsed`` seconds of training (every rank calls it; rank 0 writes it
+        and gets the path)."""
+        self.elapsed = elapsed
+        return self.checkpointer.save(self.step, is_best, self.best_valid)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TrainResult:

@@ -18,10 +18,10 @@ import yaml
 from ..errors import ConfigError, TXLError
 from ..files import atomic_write_text
 from ..checkpoints.hub import RUN_CONFIG_NAME
-from . import checkpoint as ckpt
+from . import checkpoint_files as ckpt
 from . import distributed, preflight
 from .lock import LOCK_NAME, RunLock
-from .metrics import MetricsLogger, NullMetrics
+from .metrics_log import MetricsLogger, NullMetrics
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +78,16 @@ class RunDirectory:
         return latest
 
     def accept(self, run_config: dict, tensorboard: bool, step: int, best_step: Optional[int],
-               best_valid: Optional[float], repair_best: bool = True) -> MetricsLogger:
+               best_valid: Optional[float]) -> MetricsLogger:
         """Every check passed: write run.yaml, open metrics.jsonl trimmed to ``step``, make best/ hold
-        ``best_step`` (unless ``repair_best`` is False: a checkpoint of a version that did not record it)."""
+        ``best_step``."""
         if not self.dist.is_main:
             return self.metrics
         with preflight.disk_writes(str(self.run_config)):
             atomic_write_text(self.run_config, yaml.safe_dump(run_config, sort_keys=False))
         with preflight.disk_writes(str(self.path / "metrics.jsonl")):
             self.metrics = MetricsLogger(self.path, tensorboard, truncate_after_step=step)
-            message = ckpt.repair_best(self.path, best_step, best_valid) if repair_best else None
+            message = ckpt.repair_best(self.path, best_step, best_valid)
             if message:
                 log.warning("%s", message)
         return self.metrics

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from .config import TrainConfig
+from .run_config import TrainConfig
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -7,12 +7,12 @@ query sees), :mod:`.backends` (the contract: one call per layer, back-ends by na
 """
 
 from .backends import (AttentionCall, AttentionChoice, Backend, KeyValueRows, attention_backend, backend_names, register_attention)
-from .layers import (BACKENDS, AttentionBase, choose_backend, AbsoluteAttention, QKVAttention, ShawAttention,
+from .layers import (AttentionBase, AbsoluteAttention, QKVAttention, ShawAttention,
                      RelativeAttention)
 from .relative import distances, rel_attn_score, rel_shift, sinusoid_table
 from .visibility import Visibility, block_mask, forbidden, hide, segment_visibility
 
 __all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "register_attention",
-           "BACKENDS", "AttentionBase", "choose_backend", "AbsoluteAttention", "QKVAttention", "ShawAttention",
+           "AttentionBase", "AbsoluteAttention", "QKVAttention", "ShawAttention",
            "RelativeAttention", "Visibility", "block_mask", "distances", "forbidden", "hide",
            "rel_attn_score", "rel_shift", "segment_visibility", "sinusoid_table"]

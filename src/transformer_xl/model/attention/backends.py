@@ -130,11 +130,6 @@ class AttentionChoice(NamedTuple):
             raise ValueError(f"attention: streamed needs a block size >= 1, got {text!r}")
         return cls(name, size)
 
-    @classmethod
-    def of(cls, attn_chunk: int = 0, fused: bool = False) -> "AttentionChoice":
-        """From the older pair of switches: ``attn_chunk > 0`` streams keys, ``fused`` asks for the Triton kernel."""
-        return cls("triton" if fused else "streamed" if attn_chunk > 0 else "plain", attn_chunk)
-
     def __str__(self) -> str:
         return self.backend + (f":{self.chunk}" if self.chunk else "")
 

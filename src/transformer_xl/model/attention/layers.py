@@ -30,14 +30,6 @@ from .backends import AttentionCall, AttentionChoice, KeyValueRows, attention_ba
 from .relative import rel_attn_score, rel_shift
 from .visibility import Visibility
 
-BACKENDS = backend_names()
-
-
-def choose_backend(attn_chunk: int = 0, fused: bool = False) -> AttentionChoice:
-    """``(back-end, chunk)`` for the older run-time switches ``attn_chunk`` and ``fused``."""
-    return AttentionChoice.of(attn_chunk, fused)
-
-
 class AttentionBase(nn.Module):
     """Shared parts: dropout, output projection, residual and layer norm (post- or pre-LN)."""
 

@@ -1,26 +1,19 @@
 """``txl generate``: continue a prompt, printing tokens as they come.
 
 Before any text is produced, everything that can be checked is: the device, the lengths, the ``--stop``
-tokens, and the memory that decoding needs (:mod:`transformer_xl.runtime.footprint`).
+tokens, and the memory that decoding needs (:func:`transformer_xl.jobs.continue_prompt`).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from ..generation.text import generate_text
+from ..jobs import GenerateSettings, continue_prompt
 from ..model.config import DECODINGS
-from ..runtime.footprint import check_decoding_fits
-from .common import open_for_inference, weight_bytes
-from .options import INFERENCE_CHECKS, add_inference_args, at_least, checks, command, positive
+from .options import INFERENCE_CHECKS, add_inference_args, at_least, checks, positive
 
 
-log = logging.getLogger(__name__)
-
-
-@command
-def add_generate(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("generate", help="continue a prompt, printing tokens as they come")
     add_inference_args(p)
     p.add_argument("--prompt", required=True, help="text to continue (read segment by segment into memory)")
@@ -43,23 +36,17 @@ def add_generate(sub) -> None:
 
 
 def run_generate(args) -> int:
-    ckpt = open_for_inference(args)
-    model, tokenizer = ckpt.model, ckpt.tokenizer
-    ids = tokenizer.encode(args.prompt, warn_unknown=False)  # generate_text encodes (and warns) again below
-    tokenizer.token_ids(args.stop)  # a bad --stop is refused before anything is printed
-    device = next(model.parameters()).device
-    check_decoding_fits(model.config, 1, model.tgt_len, model.mem_len, len(ids) + args.max_new_tokens, device,
-                        extra_bytes=-weight_bytes(model))
+    settings = GenerateSettings(tgt_len=args.tgt_len, mem_len=args.mem_len, device=args.device,
+                                max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
+                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop or (),
+                                decoding=args.decoding, revision=args.revision)
     out = sys.stdout
 
     def write(piece: str) -> None:
         out.write(piece)
         out.flush()
 
-    write(args.prompt)
-    generate_text(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
-                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                  repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop or (),
-                  decoding=args.decoding, on_text=write)
+    continue_prompt(args.checkpoint, args.prompt, settings, on_text=write)  # the prompt, then the new text
     write("\n")
     return 0

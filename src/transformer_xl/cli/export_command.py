@@ -1,18 +1,13 @@
-"""``txl export``: the segment graph with memory as input and output, as ONNX or a torch.export program."""
+"""``txl export``: the segment graph with memory as input and output, as ONNX or a torch.export program
+(:func:`transformer_xl.jobs.export_graph`)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from ..export import export_model, graph_format
-from ..pretrained import open_checkpoint
-from .common import add_checkpoint_args
-from .options import at_least, checks, command
+from ..jobs import ExportSettings, export_graph
+from .options import add_checkpoint_args, at_least, checks
 
 
-@command
-def add_export(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("export", help="export a model with memory as input and output (.onnx or .pt2)",
                        description="Write one graph: input_ids [B, T], mems [n_layer, B, mem_len, d_model] and "
                                    "mems_mask [B, mem_len] in; log_probs [B, T, V], new_mems and new_mems_mask out; "
@@ -29,21 +24,19 @@ def add_export(sub) -> None:
     p.add_argument("--mem-len", type=int, help="memory slots of the graph (default: the checkpoint's mem_len)")
     p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the checkpoint's)")
     p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
-    p.set_defaults(func=run_export, **checks(at_least("--mem-len", 0), at_least("--clamp-len", -1), at_least("--slots", 1)))
+    p.set_defaults(func=run_export,
+                   **checks(at_least("--mem-len", 0), at_least("--clamp-len", -1), at_least("--slots", 1)))
 
 
 def run_export(args) -> int:
-    out = Path(args.out)
-    graph_format(out)  # the suffix, before anything is loaded
-    ckpt = open_checkpoint(args.checkpoint, args.revision, require_tokenizer=False, mem_len=args.mem_len,
-                           clamp_len=args.clamp_len, same_length=args.same_length)
-    result = export_model(ckpt.model, out, vocab=None if ckpt.tokenizer is None else ckpt.tokenizer.vocab,
-                          graph=args.graph, slots=args.slots, name=str(args.checkpoint))
-    cfg = ckpt.model.config
+    settings = ExportSettings(graph=args.graph, slots=args.slots, mem_len=args.mem_len, clamp_len=args.clamp_len,
+                              same_length=args.same_length, revision=args.revision)
+    done = export_graph(args.checkpoint, args.out, settings)
+    result = done.result
     segment = f"T 1..{result.max_segment}" if result.max_segment else "T >= 1"
-    if args.graph == "decode":
-        segment = f"one token per row, {json.loads(result.description.read_text())['slots']} slots of keys and values"
+    if done.graph == "decode":
+        segment = f"one token per row, {done.slots} slots of keys and values"
     extra = f", vocabulary {result.vocabulary}" if result.vocabulary else ""
-    print(f"wrote {result.graph} (batch dynamic, {segment}, mem_len {ckpt.model.mem_len}, {cfg.n_layer} layers, "
-          f"vocabulary of {cfg.n_token:,}); description {result.description}{extra}")
+    print(f"wrote {result.graph} (batch dynamic, {segment}, mem_len {done.mem_len}, {done.n_layer} layers, "
+          f"vocabulary of {done.n_token:,}); description {result.description}{extra}")
     return 0

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..errors import DataError
-from ._io import PathLike, ids_list
+from .._io import PathLike, ids_list
 from .safe_pickle import InertObject, load_plain_pickle
 from .vocab import EOS, UNK_SYMBOLS, Vocab
 

@@ -17,9 +17,9 @@ from typing import Any, BinaryIO, Iterator, List, Sequence, Union
 
 import numpy as np
 
-from ..errors import DataError
-from .. import files
-from ..files import atomic_write_stream
+from .errors import DataError
+from . import files
+from .files import atomic_write_stream
 
 PathLike = Union[str, "os.PathLike[str]"]
 

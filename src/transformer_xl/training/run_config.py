@@ -24,6 +24,28 @@ from ..model.attention import AttentionChoice
 from ..model.config import RunLengths, TransformerXLConfig
 
 
+#: Fields and flags that were removed, and what to write instead: a user who types one gets this in one line.
+REMOVED_SPELLINGS = {"attn_chunk": "attention streamed:N", "fused_attention": "attention triton"}
+
+
+def parse_attention(text: str, where: str = "--attention") -> AttentionChoice:
+    """The one reading of the attention option (``train.attention``, ``--attention``): ``NAME[:CHUNK]`` as
+    :meth:`AttentionChoice.parse` reads it; ConfigError naming ``where`` when it is not one."""
+    try:
+        return AttentionChoice.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def removed_spelling(name: str, flag: bool = False) -> ConfigError:
+    """The one-line answer to a removed field (``train.attn_chunk``) or flag (``--attn-chunk``)."""
+    field_ = name.lstrip("-").replace("-", "_").rpartition(".")[2]
+    new = REMOVED_SPELLINGS[field_]
+    if flag:
+        return ConfigError(f"{name}: removed; use --{new.replace('_', '-')}")
+    return ConfigError(f"{name}: removed; use train.{new} (--{new})")
+
+
 @dataclass
 class DataConfig:
     dataset: str = "default"  # a corpus name, or 'text' for your own files (train_file ...)
@@ -54,10 +76,8 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs a GPU; uses a gradient scaler)
     compile: bool = False  # torch.compile the model, for training and evaluation (see README, Performance)
     # The attention back-end (attn_type 0), same results: plain | streamed:N (keys N at a time: memory-efficient) |
-    # triton (the fused CUDA kernel; elsewhere streamed with :N, else plain). None: from the older spellings below.
-    attention: Optional[str] = None
-    attn_chunk: int = 0  # older spelling of attention streamed:N
-    fused_attention: bool = False  # older spelling of attention triton
+    # triton (the fused CUDA kernel; elsewhere streamed with :N, else plain).
+    attention: str = "plain"
     seed: int = 1111
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     log_interval: int = 200
@@ -74,15 +94,8 @@ class TrainConfig:
     init_revision: Optional[str] = None  # for an init_from hub id: a branch, tag or commit (default: main)
 
     def attention_choice(self) -> AttentionChoice:
-        """The attention to train with: ``attention``, or its older spellings ``attn_chunk``/``fused_attention``."""
-        if self.attention is None:
-            return AttentionChoice.of(self.attn_chunk, self.fused_attention)
-        if self.attn_chunk or self.fused_attention:
-            raise ConfigError("attention: give it alone (attn_chunk and fused_attention are its older spellings)")
-        try:
-            return AttentionChoice.parse(self.attention)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        """The attention to train with (ConfigError naming the field when it is not one)."""
+        return parse_attention(self.attention, "attention")
 
 
 @dataclass
@@ -166,8 +179,6 @@ class RunConfig:
             raise ConfigError(f"batch_chunk: batch_size={t.batch_size} is not divisible by batch_chunk={t.batch_chunk}")
         if not t.lr > 0:
             raise ConfigError(f"lr: must be positive, got {t.lr}")
-        if t.attn_chunk < 0:
-            raise ConfigError(f"attn_chunk: must be >= 0, got {t.attn_chunk}")
         t.attention_choice()  # ConfigError for an unknown or ill-formed back-end
         if t.warmup_steps < 0:
             raise ConfigError(f"warmup_steps: must be >= 0, got {t.warmup_steps}")
@@ -284,6 +295,9 @@ def run_config_from_dict(values: dict) -> RunConfig:
             raise ConfigError(f"{name}: expected a mapping of fields")
         known = {f.name for f in dataclasses.fields(cls)}
         bad = sorted(set(fields_) - known)
+        removed = [b for b in bad if name == "train" and b in REMOVED_SPELLINGS]
+        if removed:
+            raise removed_spelling(f"train.{removed[0]}")
         if bad:
             raise ConfigError(f"unknown field(s) in section '{name}': {', '.join(bad)}")
         sections[name] = fields_
@@ -349,10 +363,14 @@ def parse_overrides(items: Sequence[str]) -> List[Tuple[str, str, Any]]:
 def _resolve_key(key: str, index: Dict[str, List[str]]) -> Tuple[str, str]:
     if "." in key:
         section, name = key.split(".", 1)
+        if section == "train" and name in REMOVED_SPELLINGS:
+            raise removed_spelling(f"--{key.replace('_', '-')}", flag=True)
         if section not in SECTIONS or section not in index.get(name, []):
             raise ConfigError(f"--{key}: unknown option")
         return section, name
     sections = index.get(key)
+    if not sections and key.rpartition(".")[2] in REMOVED_SPELLINGS:
+        raise removed_spelling(f"--{key.replace('_', '-')}", flag=True)
     if not sections:
         close = [k for k in index if k.startswith(key[:4])][:5]
         hint = f" (did you mean {', '.join('--' + c.replace('_', '-') for c in close)}?)" if close else ""

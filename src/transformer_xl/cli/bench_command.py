@@ -1,17 +1,17 @@
-"""``txl bench``: measurements (``eval-speed``: the paper's Table 9 on this machine).
+"""``txl bench``: measurements (``eval-speed``: the paper's Table 9 on this machine,
+:func:`transformer_xl.jobs.run_eval_speed`).
 """
 
 from __future__ import annotations
 
-
 import torch
 
-from ..evaluation.speed import check_eval_speed_args, format_table, run_eval_speed
-from .options import at_least, checks, command
+from ..jobs import EvalSpeedSettings, check_eval_speed, run_eval_speed
+from ..jobs.eval_speed import format_table
+from .options import at_least, checks
 
 
-@command
-def add_bench(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("bench", help="measurements (eval-speed: sliding-window vanilla vs Transformer-XL)")
     what = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
     q = what.add_parser("eval-speed", help="the paper's Table 9 on this machine")
@@ -30,12 +30,12 @@ def add_bench(sub) -> None:
 
 
 def run_bench_eval_speed(args) -> int:
-    check_eval_speed_args(args.attn_lens, args.vanilla_tokens, args.xl_tokens, args.n_layer, args.d_model,
-                          args.n_head, args.d_inner, args.plot)
-    print(f"models: n_layer {args.n_layer}, d_model {args.d_model}, n_head {args.n_head}, d_inner {args.d_inner}, "
+    s = EvalSpeedSettings(attn_lens=args.attn_lens, vanilla_tokens=args.vanilla_tokens, xl_tokens=args.xl_tokens,
+                          n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, d_inner=args.d_inner,
+                          plot=args.plot)
+    check_eval_speed(s)
+    print(f"models: n_layer {s.n_layer}, d_model {s.d_model}, n_head {s.n_head}, d_inner {s.d_inner}, "
           f"byte vocabulary; {torch.get_num_threads()} threads; tokens from the built-in corpus", flush=True)
-    rows = run_eval_speed(args.attn_lens, args.vanilla_tokens, args.xl_tokens, args.n_layer, args.d_model,
-                          args.n_head, args.d_inner, args.plot)
-    print(format_table(rows))
-    print(f"wrote {args.plot}")
+    print(format_table(run_eval_speed(s)))
+    print(f"wrote {s.plot}")
     return 0

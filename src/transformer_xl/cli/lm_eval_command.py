@@ -7,13 +7,9 @@ Every argument goes to lm-eval's own command line unchanged (``--model transform
 from __future__ import annotations
 
 import argparse
-import importlib
-
-from .options import command
 
 
-@command
-def add_lm_eval(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("lm-eval", add_help=False, prefix_chars="\0",
                        help="run lm-evaluation-harness (lm_eval) with a checkpoint: txl lm-eval --model_args "
                             "pretrained=CKPT --tasks ... (every argument goes to lm-eval unchanged)")
@@ -23,5 +19,6 @@ def add_lm_eval(sub) -> None:
 
 def run_lm_eval(args) -> int:
     # imported here: transformer_xl.lm_eval imports lm-eval itself (an optional extra), and registers the model
-    harness = importlib.import_module("transformer_xl.lm_eval")
+    from .. import lm_eval as harness
+
     return harness.run_cli(args.lm_eval_args)

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import DataError
-from ._io import PathLike
-from .cache import SPLITS, cache_root
+from .._io import PathLike
+from .corpus_cache import SPLITS, cache_root
 from .corpus import SPECS, _from_data_dir, count_parts, enwik8_parts, enwik8_vocab, text8_parts, text8_vocab
-from .vocab import EOS, Vocab
+from ..text.vocab import EOS, Vocab
 
 ORIGINAL_CORPORA = ("wt103", "wt2", "ptb", "enwik8", "text8", "lm1b")
 

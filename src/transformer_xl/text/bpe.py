@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DataError, one_line
 from ..files import atomic_write_bytes
-from ._io import PathLike, TextInput, as_text, ids_list, resolve_save_path
+from .._io import PathLike, TextInput, as_text, ids_list, resolve_save_path
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``txl bench eval-speed``: the paper's Table 9 measured here.
+"""What ``txl bench eval-speed`` does: the paper's Table 9 measured here.
 
 For each attention length A, two models of the same depth and width read the same tokens:
 
@@ -31,8 +31,8 @@ from ..data import load_corpus
 from ..errors import ConfigError
 from ..model import TransformerXL, TransformerXLConfig
 from ..runtime.footprint import MARGIN, available_bytes, format_bytes, forward_footprint
-from .figures import check_image_path, pyplot, save_figure
-from .token_losses import segment_losses, sliding_losses
+from ..analysis.figures import check_image_path, pyplot, save_figure
+from ..evaluation.token_losses import WINDOWS_PER_CALL, segment_losses, sliding_losses
 
 
 @dataclass
@@ -131,39 +131,56 @@ def required_tokens(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: in
     return max(4 * max(attn_lens), max(attn_lens) + vanilla_tokens, xl_tokens) + 2
 
 
-def check_eval_speed_args(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int, n_layer: int,
-                          d_model: int, n_head: int, d_inner: int, plot: Optional[str]) -> None:
+@dataclass
+class EvalSpeedSettings:
+    """The attention lengths, the predictions timed for each model, the models' shape (byte vocabulary) and the
+    plot's path (None: no plot)."""
+
+    attn_lens: Sequence[int] = (128, 256, 512, 1024)
+    vanilla_tokens: int = 64
+    xl_tokens: int = 4096
+    n_layer: int = 4
+    d_model: int = 256
+    n_head: int = 8
+    d_inner: int = 1024
+    plot: Optional[str] = "eval_speed.png"
+
+    def models(self, device=None):
+        return bench_models(self.n_layer, self.d_model, self.n_head, self.d_inner, n_token=256, device=device)
+
+
+def check_eval_speed(s: EvalSpeedSettings) -> None:
     """Everything that can be checked before timing: the model shape, the text available, the memory
     the largest attention length needs, and the plot path. ConfigError/DataError naming the flag."""
-
-    if d_model % n_head:
-        raise ConfigError(f"--n-head: {n_head} does not divide --d-model {d_model}")
-    if plot:
-        check_image_path(plot, "--plot")
+    if s.d_model % s.n_head:
+        raise ConfigError(f"--n-head: {s.n_head} does not divide --d-model {s.d_model}")
+    if s.plot:
+        check_image_path(s.plot, "--plot")
     avail = available_bytes("cpu")
     if avail is not None:
-        a = max(attn_lens)
-        vanilla, xl = bench_models(n_layer, d_model, n_head, d_inner, n_token=256, device="meta")
-        peak = max(forward_footprint(vanilla.config, 64, a, 0).total,  # 64 windows per call
+        a = max(s.attn_lens)
+        vanilla, xl = s.models(device="meta")
+        peak = max(forward_footprint(vanilla.config, WINDOWS_PER_CALL, a, 0).total,
                    forward_footprint(xl.config, 1, min(a, 128), a).total)
         if peak > MARGIN * avail:
             raise ConfigError(f"--attn-lens {a}: needs about {format_bytes(peak)} of memory, but "
                               f"{format_bytes(avail)} is available")
     n_text = load_corpus("default").valid.size
-    need = required_tokens(attn_lens, vanilla_tokens, xl_tokens)
+    need = required_tokens(s.attn_lens, s.vanilla_tokens, s.xl_tokens)
     if need > n_text:
         raise ConfigError(f"--attn-lens/--vanilla-tokens/--xl-tokens: need {need:,} tokens of text, the built-in "
                           f"corpus' validation split has {n_text:,}")
 
 
-def run_eval_speed(attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int, n_layer: int, d_model: int,
-                   n_head: int, d_inner: int, plot: Optional[str]) -> List[SpeedRow]:
-    data = default_tokens(required_tokens(attn_lens, vanilla_tokens, xl_tokens)).numpy()
-    vanilla, xl = bench_models(n_layer, d_model, n_head, d_inner, n_token=256)
-    rows = measure(vanilla, xl, data, attn_lens, vanilla_tokens, xl_tokens)
-    if plot:
-        plot_speed(rows, plot)
+def run_eval_speed(s: EvalSpeedSettings) -> List[SpeedRow]:
+    """Time both models at every attention length (after :func:`check_eval_speed`), and plot the speed-ups."""
+    data = default_tokens(required_tokens(s.attn_lens, s.vanilla_tokens, s.xl_tokens)).numpy()
+    vanilla, xl = s.models()
+    rows = measure(vanilla, xl, data, s.attn_lens, s.vanilla_tokens, s.xl_tokens)
+    if s.plot:
+        plot_speed(rows, s.plot)
     return rows
 
 
-__all__ = ["SpeedRow", "bench_models", "format_table", "macs_per_token", "measure", "plot_speed", "run_eval_speed"]
+__all__ = ["EvalSpeedSettings", "SpeedRow", "bench_models", "check_eval_speed", "format_table", "macs_per_token",
+           "measure", "plot_speed", "run_eval_speed"]

@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
+from ..analysis.loss_curves import plot_run
 
-
-from ..training.plot import plot_run
-from .options import command
-
-
-@command
-def add_plot(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("plot", help="draw a run's loss curves to a PNG")
     p.add_argument("run_dir")
     p.add_argument("--out", help="image path, .png (default), .pdf or .svg (default: RUN_DIR/loss.png)")

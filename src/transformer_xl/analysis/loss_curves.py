@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import DataError
-from ..evaluation.figures import check_image_path, pyplot, save_figure
+from .figures import check_image_path, pyplot, save_figure
 
 log = logging.getLogger(__name__)
 

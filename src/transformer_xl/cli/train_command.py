@@ -9,14 +9,13 @@ from pathlib import Path
 
 from ..checkpoints.hub import RUN_CONFIG_NAME, latest_checkpoint
 from ..training import load_run_config, train
-from ..training.config import builtin_config_names
+from ..training.run_config import builtin_config_names
+from ..data.corpus import check_dataset
 from ..training.launch import check_nproc, launch
 from ..training.signals import StopNow, exit_status
-from .options import check_dataset, command
 
 
-@command
-def add_train(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("train", allow_abbrev=False, help="train a model (with no arguments: a small model on the built-in corpus)",
                        description="Train a Transformer-XL. Options not listed here override config fields: "
                                    "--lr 0.001, --max-steps 500, --n-layer 6, --eval.mem-len 256 ...",

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..files import write_json
-from ._io import (JSON_STYLE, PathLike, TextInput, as_text, check_file, ids_list, iter_lines, normalize_newlines,
+from .._io import (JSON_STYLE, PathLike, TextInput, as_text, check_file, ids_list, iter_lines, normalize_newlines,
                   read_bytes, read_json, read_text, resolve_save_path, split_lines)
 from .safe_pickle import looks_like_pickle
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, Tuple
 
 from ..errors import DataError, TXLError, one_line
-from ._io import PathLike, check_file
+from .._io import PathLike, check_file
 
 #: The first pickle of a legacy ``torch.save`` file is this integer.
 TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C

@@ -1,4 +1,5 @@
-"""Figure helpers shared by every plot (`txl plot`, `txl context --plot`, `txl bench eval-speed --plot`).
+"""Figure helpers shared by every plot (`txl plot`, `txl context --plot`, `txl bench eval-speed --plot`), and the
+curves of loss against context length (:func:`plot_context`).
 
 Output paths are checked before anything is computed (:func:`check_image_path`) and figures are
 written to a temporary file in the same directory, then renamed (:func:`save_figure`), so that a
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 from ..errors import DataError
 from ..files import atomic_write
@@ -60,3 +62,19 @@ def save_figure(fig, path, flag: str = "--out") -> Path:
     finally:
         pyplot().close(fig)
     return path
+
+
+def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = "ppl") -> Path:
+    """Perplexity or bits per character (``curves``: model -> context length -> value in ``metric``) against
+    context length, one line per model."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, curve in curves.items():
+        xs = sorted(curve)
+        ax.plot(xs, [curve[c] for c in xs], "o-", label=name, markersize=4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("perplexity" if metric == "ppl" else "bits per character")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, path, "--plot")

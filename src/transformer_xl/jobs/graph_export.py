@@ -1,0 +1,67 @@
+"""What ``txl export`` does: a checkpoint's graph with memory as input and output, as ONNX or a torch.export
+program (:func:`transformer_xl.export.export_model`).
+
+::
+
+    from transformer_xl.jobs import ExportSettings, export_graph
+
+    done = export_graph("runs/default", "default.onnx", ExportSettings(graph="decode"))
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..export import ExportResult, export_model, graph_format
+from ..pretrained import open_checkpoint
+
+
+@dataclass
+class ExportSettings:
+    """Which graph (``segment``: a segment of any length, the memory states in and out; ``decode``: one token per
+    row, the projected keys and values as ``slots`` positions of state), and the run-time lengths (None: the
+    checkpoint's)."""
+
+    graph: str = "segment"
+    slots: Optional[int] = None
+    mem_len: Optional[int] = None
+    clamp_len: Optional[int] = None
+    same_length: Optional[bool] = None
+    revision: Optional[str] = None
+
+
+@dataclass
+class GraphExport:
+    """What was written (:class:`~transformer_xl.export.ExportResult`) and the shape of the exported model."""
+
+    result: ExportResult
+    graph: str
+    mem_len: int
+    n_layer: int
+    n_token: int
+
+    @property
+    def slots(self) -> Optional[int]:
+        """Positions of state of a decode graph (from its description)."""
+        if self.graph != "decode":
+            return None
+        return json.loads(self.result.description.read_text(encoding="utf-8"))["slots"]
+
+
+def export_graph(name, out, settings: Optional[ExportSettings] = None) -> GraphExport:
+    """Export the checkpoint ``name`` to ``out`` (``.onnx`` or ``.pt2``, checked before anything is read)."""
+    s = settings or ExportSettings()
+    out = Path(out)
+    graph_format(out)
+    ckpt = open_checkpoint(name, s.revision, require_tokenizer=False, mem_len=s.mem_len, clamp_len=s.clamp_len,
+                           same_length=s.same_length)
+    vocab = None if ckpt.tokenizer is None else ckpt.tokenizer.vocab
+    result = export_model(ckpt.model, out, vocab=vocab, graph=s.graph, slots=s.slots, name=str(name))
+    cfg = ckpt.model.config
+    return GraphExport(result, s.graph, ckpt.model.mem_len, cfg.n_layer, cfg.n_token)
+
+
+__all__ = ["ExportSettings", "GraphExport", "export_graph"]

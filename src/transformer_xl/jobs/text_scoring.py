@@ -1,0 +1,74 @@
+"""What ``txl score`` does: a text file's per-token log-probabilities and figures, with memory.
+
+::
+
+    from transformer_xl.jobs import ScoreSettings, score_file
+
+    done = score_file("runs/default", "doc.py", ScoreSettings(doc_sep="none"))
+    print(done.score.figures, done.to_dict()["per_document"])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import DataError
+from ..evaluation.score import TextScore, score_text
+from ..pretrained import open_checkpoint
+from ..runtime.footprint import fit_loaded
+from ..text import TransformerXLTokenizer
+
+
+@dataclass
+class ScoreSettings:
+    """Run-time lengths (None: the checkpoint's), the device, how documents are separated (``blank``: blank lines,
+    the memory fresh at each; ``none``: one document) and whether every token's log-probability is kept."""
+
+    tgt_len: Optional[int] = None
+    mem_len: Optional[int] = None
+    device: str = "auto"
+    doc_sep: str = "blank"
+    keep_tokens: bool = False
+    revision: Optional[str] = None
+
+
+@dataclass
+class FileScore:
+    path: Path
+    score: TextScore
+    tokenizer: TransformerXLTokenizer
+    keep_tokens: bool = False
+
+    def to_dict(self) -> dict:
+        """``txl score --json``: the file and the score (with every token's symbol when they were kept)."""
+        return {"file": str(self.path), **self.score.to_dict(self.tokenizer if self.keep_tokens else None)}
+
+
+def read_text_file(path: Path) -> str:
+    """A UTF-8 text file with something in it (DataError naming the file otherwise)."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    if not text.strip():
+        raise DataError(f"{path}: empty file, nothing to score")
+    return text
+
+
+def score_file(name, path, settings: Optional[ScoreSettings] = None) -> FileScore:
+    """Score the file ``path`` with the checkpoint ``name``, one row at a time (the streamed attention when only it
+    fits)."""
+    s = settings or ScoreSettings()
+    ckpt = open_checkpoint(name, s.revision, device=s.device, tgt_len=s.tgt_len, mem_len=s.mem_len)
+    path = Path(path)
+    text = read_text_file(path)
+    fit_loaded(ckpt.model, 1)
+    score = score_text(ckpt.model, ckpt.tokenizer, text, doc_sep=s.doc_sep, keep_tokens=s.keep_tokens)
+    return FileScore(path, score, ckpt.tokenizer, s.keep_tokens)
+
+
+__all__ = ["FileScore", "ScoreSettings", "read_text_file", "score_file"]
