@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MatmulReference, current_rss_bytes, peak_rss_bytes  # noqa: E402
+from common import MatmulReference, current_rss_bytes, peak_rss_bytes
 
 
 def attention_flops(b: int, qlen: int, mlen: int, d: int, h: int, dh: int) -> float:
@@ -64,7 +64,8 @@ def run_cell(mode: str, mlen: int, efficient: bool, args) -> dict:
         return h, mems, pos, segment_visibility(args.qlen, m, "cpu")  # the future is hidden
 
     def call(h, mems, pos, vis):
-        with torch.set_grad_enabled(mode == "train"), torch.autocast("cpu", torch.bfloat16, enabled=args.precision == "bf16"):
+        bf16 = args.precision == "bf16"
+        with torch.set_grad_enabled(mode == "train"), torch.autocast("cpu", torch.bfloat16, enabled=bf16):
             out = attn(h, (pos, u, v), vis, mems)
         if mode == "train":
             out.sum().backward()
@@ -105,8 +106,9 @@ def main() -> None:
         mode, mlen, efficient = args.cell.split(",")
         print(json.dumps(run_cell(mode, int(mlen), efficient == "1", args)))
         return
-    print(f"B {args.batch}, L {args.qlen}, d_model {args.d_model}, {args.n_head} heads; {torch.get_num_threads()} threads; "
-          f"memory-efficient path: keys in blocks of {args.block}; {args.precision}; MFU against the fp32 / bf16 matmul "
+    print(f"B {args.batch}, L {args.qlen}, d_model {args.d_model}, {args.n_head} heads; "
+          f"{torch.get_num_threads()} threads; memory-efficient path: keys in blocks of {args.block}; "
+          f"{args.precision}; MFU against the fp32 / bf16 matmul "
           f"throughput measured around each call")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     for mode in args.modes:

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import cpu_description
 
 BASE = ["--n-layer", "4", "--d-model", "256", "--n-head", "8", "--d-head", "32", "--d-inner", "1024",
         "--tgt-len", "128", "--mem-len", "128", "--eval.tgt-len", "128", "--eval.mem-len", "128"]
@@ -109,8 +109,8 @@ def main() -> None:
     print("| path | batch | tokens/s | share of the model level |")
     print("|---|---|---|---|")
     for label, batch, pairs in (("`txl eval --split valid`", args.batch_size, eval_pairs),
-                                (f"`txl score --doc-sep none` on {ids.numel():,} tokens (in-process, tokenizing included)",
-                                 1, score_pairs)):
+                                (f"`txl score --doc-sep none` on {ids.numel():,} tokens (in-process, tokenizing "
+                                 f"included)", 1, score_pairs)):
         level, command = (statistics.median(p[i] for p in pairs) for i in (0, 1))
         share = statistics.median(c / m for m, c in pairs)
         print(f"| model level (bare loop) | {batch} | {level:,.0f} | 100% |")

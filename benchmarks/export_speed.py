@@ -25,11 +25,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import cpu_description
 
-from transformer_xl import TransformerXL, TransformerXLConfig, open_checkpoint  # noqa: E402
-from transformer_xl.export import export_model, fresh_memory, fresh_state  # noqa: E402
-from transformer_xl.generation import DecodingCache  # noqa: E402
+from transformer_xl import TransformerXL, TransformerXLConfig, open_checkpoint
+from transformer_xl.export import export_model, fresh_memory, fresh_state
+from transformer_xl.generation import DecodingCache
 
 
 def runners(model, folder: Path):

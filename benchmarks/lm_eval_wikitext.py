@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from transformer_xl.text.tokenizer import TransformerXLTokenizer
 from transformer_xl.lm_eval import wikitext_documents
+from transformer_xl.text.tokenizer import TransformerXLTokenizer
 
 
 def stream_score(ckpt: str, path: Path, lengths) -> dict:
@@ -58,7 +58,8 @@ def harness_score(ckpt: str, path: Path, limit, batch_size: int, model_args: str
     # every token of an article is predicted (it is read after the line-break token)
     tokens = sum(len(tokenizer.encode(s["doc"]["page"], warn_unknown=False)) for s in samples)
     return dict(results=out["results"]["wikitext_file"], logprob=sum(s["filtered_resps"][0] for s in samples),
-                tokens=tokens, articles=len(samples), words=sum(len(re.split(r"\s+", s["doc"]["page"])) for s in samples))
+                tokens=tokens, articles=len(samples),
+                words=sum(len(re.split(r"\s+", s["doc"]["page"])) for s in samples))
 
 
 def main() -> int:

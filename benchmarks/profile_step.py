@@ -21,9 +21,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import add_model_args, cpu_description  # noqa: E402
-from train_step import token_stream  # noqa: E402
-from vs_original import Ours, Theirs, build_ours, build_pair, load_original  # noqa: E402
+from common import add_model_args, cpu_description
+from train_step import token_stream
+from vs_original import Ours, Theirs, build_ours, build_pair, load_original
 
 GROUPS = (  # matched as substrings of the op name, in this order
     ("fused attention", ("scaled_dot_product",)),

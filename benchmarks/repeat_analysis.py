@@ -30,13 +30,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from transformer_xl.analysis.repeats import (
+    NO_REPEAT,
+    bin_mask,
+    distance_bins,
+    far_repeat_mask,
+    masked_mean,
+    paired_difference,
+    row_distances,
+)
 from transformer_xl.cli.checkpoint_options import check_vocab, find_run_config, resolve_checkpoint
-from transformer_xl.analysis.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
-                                               paired_difference, row_distances)
 from transformer_xl.evaluation.token_losses import segment_losses, sliding_losses, stream_rows
 from transformer_xl.model import TransformerXL
-from transformer_xl.training.run_config import load_run_config
 from transformer_xl.training.loop import load_data
+from transformer_xl.training.run_config import load_run_config
 
 LN2 = math.log(2)
 MULTIPLES = (0, 1, 2, 4, 8, 16, 32)

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MatmulReference, add_model_args, current_rss_bytes, peak_rss_bytes  # noqa: E402
+from common import MatmulReference, add_model_args, current_rss_bytes, peak_rss_bytes
 
 VARIANTS = ("fp32", "fp32-faults", "fp32+compile", "bf16", "bf16+compile")
 
@@ -119,7 +119,8 @@ def run_variant(name: str, args) -> dict:
     mfu = {key: statistics.median(flops / times[i] / rates[i] for i in timed_steps) for key, rates in ref_rates.items()}
     return {"variant": name, "seconds": statistics.median(times[i] for i in timed_steps),
             "first_step_seconds": times[0], "peak_bytes": peak, "flops": flops, "tokens": b * L, "losses": losses,
-            "mfu": mfu, "ref": {key: statistics.median(rates[i] for i in timed_steps) for key, rates in ref_rates.items()}}
+            "mfu": mfu,
+            "ref": {key: statistics.median(rates[i] for i in timed_steps) for key, rates in ref_rates.items()}}
 
 
 def count_step_flops(args) -> float:
@@ -156,14 +157,17 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for name in args.variants:
-        out = subprocess.run([sys.executable, __file__, "--variant", name] + sys.argv[1:], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, __file__, "--variant", name] + sys.argv[1:], capture_output=True,
+                             text=True)
         if out.returncode != 0:
-            print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode} |")
+            reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode
+            print(f"| {name} | failed: {reason} |")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         base = base or r
         diff = statistics.fmean(abs(a - b) for a, b in zip(r["losses"], base["losses"]))
-        print(f"| {name} | {1e3 * r['seconds']:.0f} | {r['tokens'] / r['seconds']:.0f} | {r['peak_bytes'] / 2 ** 20:.0f} "
+        print(f"| {name} | {1e3 * r['seconds']:.0f} | {r['tokens'] / r['seconds']:.0f} "
+              f"| {r['peak_bytes'] / 2 ** 20:.0f} "
               f"| {r['flops'] / 1e9:.1f} | {r['ref']['fp32'] / 1e9:.0f} | {r['mfu']['fp32']:.0%} "
               f"| {r['ref']['bf16'] / 1e9:.0f} | {r['mfu']['bf16']:.0%} | {r['first_step_seconds']:.1f} | {diff:.4f} |",
               flush=True)

@@ -2,10 +2,11 @@
 
 The original is the authors' ``pytorch/train.py`` (a clone of kimiyoung/transformer-xl; ``--original DIR`` or
 ``$TXL_ORIGINAL_DIR`` names its ``pytorch`` folder). It runs from a temporary copy of that folder in which three
-things are adjusted, none changing what it computes: its masks' ``.byte()`` becomes ``.bool()`` (uint8 masks are refused by ``masked_fill``), ``utils/proj_adaptive_softmax.py`` reads
+things are adjusted, none changing what it computes: its masks' ``.byte()`` becomes ``.bool()`` (uint8 masks are
+refused by ``masked_fill``), ``utils/proj_adaptive_softmax.py`` reads
 ``torch.version.cuda`` as ``"0.0"`` when it is None (it parses it at import and never uses it); and ``ptb`` joins
-the ``--dataset`` choices of ``train.py`` (its ``data_utils.py`` reads PTB, its argument parser omits it). Its data folder
-is a temporary one whose ``train.txt``/``valid.txt``/``test.txt`` link to the PTB files.
+the ``--dataset`` choices of ``train.py`` (its ``data_utils.py`` reads PTB, its argument parser omits it). Its data
+folder is a temporary one whose ``train.txt``/``valid.txt``/``test.txt`` link to the PTB files.
 
 Both run our ``ptb`` config's model and optimisation (16 layers, d_model 380, 10 heads of 38, d_inner 900,
 dropout 0.6, dropatt 0.2, tgt_len = mem_len = 70, batch 20, Adam 2.5e-4, cosine, clip 0.25; the original's
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import cpu_description
 
 MODEL = dict(n_layer=16, d_model=380, n_head=10, d_head=38, d_inner=900, dropout=0.6, dropatt=0.2, tgt_len=70,
              mem_len=70)
@@ -48,7 +49,8 @@ def prepare_original(original: Path, work: Path) -> Path:
     mt = code / "mem_transformer.py"
     mt.write_text(mt.read_text(encoding="utf-8").replace(".byte()", ".bool()"), encoding="utf-8")
     pas = code / "utils" / "proj_adaptive_softmax.py"
-    pas.write_text(pas.read_text(encoding="utf-8").replace("torch.version.cuda.split", "(torch.version.cuda or '0.0').split"),
+    pas.write_text(pas.read_text(encoding="utf-8").replace("torch.version.cuda.split",
+                                                           "(torch.version.cuda or '0.0').split"),
                    encoding="utf-8")
     tp = code / "train.py"
     tp.write_text(tp.read_text(encoding="utf-8").replace("choices=['wt103', 'lm1b', 'enwik8', 'text8']",
@@ -66,7 +68,8 @@ def prepare_data(ptb: Path, work: Path) -> Path:
 
 
 def run_original(code: Path, data: Path, work: Path, args, env) -> dict:
-    cmd = [sys.executable, "-u", "train.py", "--data", str(data), "--dataset", "ptb", "--work_dir", str(work / "orig_run"),
+    cmd = [sys.executable, "-u", "train.py", "--data", str(data), "--dataset", "ptb",
+           "--work_dir", str(work / "orig_run"),
            "--n_layer", str(MODEL["n_layer"]), "--d_model", str(MODEL["d_model"]), "--n_head", str(MODEL["n_head"]),
            "--d_head", str(MODEL["d_head"]), "--d_inner", str(MODEL["d_inner"]), "--dropout", str(MODEL["dropout"]),
            "--dropatt", str(MODEL["dropatt"]), "--tgt_len", str(MODEL["tgt_len"]), "--mem_len", str(MODEL["mem_len"]),
@@ -93,7 +96,8 @@ def run_original(code: Path, data: Path, work: Path, args, env) -> dict:
 
 def run_ours(data: Path, work: Path, args, env) -> dict:
     run_dir = work / "ours_run"
-    env = dict(env, TXL_CACHE_DIR=str(work / "cache"))  # a cold corpus cache: the corpus is read as the original reads it
+    # a cold corpus cache: the corpus is read as the original reads it
+    env = dict(env, TXL_CACHE_DIR=str(work / "cache"))
     cmd = ["txl", "train", "--config", "ptb", "--data-dir", str(data), "--run-dir", str(run_dir),
            "--max-steps", str(args.steps), "--log-interval", str(args.log_interval), "--eval-interval", "1000000000",
            "--num-threads", str(args.threads)]
@@ -140,7 +144,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if not args.original:
-        sys.exit("train_vs_original.py: give the original code's 'pytorch' folder with --original DIR or $TXL_ORIGINAL_DIR")
+        sys.exit("train_vs_original.py: give the original code's 'pytorch' folder with --original DIR or "
+                 "$TXL_ORIGINAL_DIR")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     print(cpu_description().rsplit(",", 1)[0] + f", {args.threads} thread(s) per run")
     print(f"PTB, the ptb config's model (16 x 380, 24M parameters), batch 20 x 70 tokens, {args.steps} steps, "

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import cpu_description
 
 WORKER = r'''
 import json, sys, time, statistics, torch
@@ -80,8 +80,8 @@ print(json.dumps(result))
 
 def run(src: str, threads: int, steps: int, decode_mem: int, fields: dict) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
-    out = subprocess.run([sys.executable, "-c", WORKER, str(threads), str(steps), str(decode_mem), json.dumps(fields)], env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", WORKER, str(threads), str(steps), str(decode_mem), json.dumps(fields)],
+                         env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import add_model_args, cpu_description  # noqa: E402
-from train_step import token_stream  # noqa: E402
+from common import add_model_args, cpu_description
+from train_step import token_stream
 
 MODES = ("train", "eval", "bf16")
 
@@ -211,7 +211,8 @@ def main() -> None:
         ratios, med = time_mode(mode, original, args, rows)
         label = {"train": "training step, fp32", "eval": "evaluation (no grad), fp32",
                  "bf16": "training step, ours bf16 autocast vs original fp32"}[mode]
-        print(f"| {label} | {1e3 * med['original']:.1f} | {1e3 * med['ours']:.1f} | **{statistics.median(ratios):.2f}x** "
+        print(f"| {label} | {1e3 * med['original']:.1f} | {1e3 * med['ours']:.1f} "
+              f"| **{statistics.median(ratios):.2f}x** "
               f"| {min(ratios):.2f}x | {max(ratios):.2f}x |", flush=True)
 
 

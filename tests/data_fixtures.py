@@ -66,7 +66,7 @@ def wt2(shared_cache):
 class _Handler(BaseHTTPRequestHandler):
     """Serves ``server.files`` (path -> bytes), honouring ``Range: bytes=N-`` unless told not to."""
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):  # http.server's name
         server = self.server
         server.requests.append((self.path, self.headers.get("Range")))
         body = server.files.get(self.path)

@@ -24,10 +24,10 @@ _RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<f
 class _Handler(BaseHTTPRequestHandler):
     server: "HubEndpoint"
 
-    def do_HEAD(self):  # noqa: N802 (http.server's name)
+    def do_HEAD(self):  # http.server's name
         self._answer(with_body=False)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):  # http.server's name
         self._answer(with_body=True)
 
     def _answer(self, with_body: bool) -> None:

@@ -60,7 +60,8 @@ def test_training_run_checkpoints_best_metrics_and_plot(tmp_path, umask):
         "--tensorboard", "false", "--num-threads", "1"]))
     assert cli.main(["plot", str(run)]) == 0
     assert {"run.yaml", "metrics.jsonl", "loss.png", "best/best.json", "checkpoints/step_00000002/COMPLETE",
-            "checkpoints/step_00000002/optimizer.json", "checkpoints/step_00000002/model.safetensors"} <= set(modes(run))
+            "checkpoints/step_00000002/optimizer.json",
+            "checkpoints/step_00000002/model.safetensors"} <= set(modes(run))
     assert_umask_modes(run, umask)
     assert_umask_modes(tmp_path / "cache", umask)
 

@@ -12,12 +12,12 @@ rest: ``data`` (corpora, vocabularies), ``training``, ``evaluation``, ``generati
 """
 
 from .checkpoints import locate
-from .text.tokenizer import TransformerXLTokenizer
 from .evaluation.score import score_text
 from .generation import generate
 from .generation.text import generate_text
 from .model import TransformerXL, TransformerXLConfig
 from .pretrained import Checkpoint, open_checkpoint, push_to_hub
+from .text.tokenizer import TransformerXLTokenizer
 from .version import __version__
 
 __all__ = ["Checkpoint", "TransformerXL", "TransformerXLConfig", "TransformerXLTokenizer", "__version__", "generate",

@@ -17,8 +17,8 @@ from typing import Any, BinaryIO, Iterator, List, Sequence, Union
 
 import numpy as np
 
-from .errors import DataError
 from . import files
+from .errors import DataError
 from .files import atomic_write_stream
 
 PathLike = Union[str, "os.PathLike[str]"]

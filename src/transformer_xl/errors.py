@@ -81,7 +81,7 @@ def run_guarded(fn, command: str) -> int:
             raise
         print(f"{command}: error: {_os_error_line(exc)}", file=sys.stderr)
         return 2
-    except Exception as exc:  # noqa: BLE001 - the guard: a bug gets one line, not a traceback
+    except Exception as exc:  # the guard: a bug gets one line, not a traceback
         if debug:
             raise
         print(f"{command}: error: {type(exc).__name__}: {one_line(exc)} (set {DEBUG_ENV}=1 for the traceback)",

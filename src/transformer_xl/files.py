@@ -115,4 +115,5 @@ def _fsync(path: Path) -> None:
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
-__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "atomic_write", "atomic_write_bytes", "atomic_write_stream", "atomic_write_text", "write_json"]
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "atomic_write", "atomic_write_bytes", "atomic_write_stream",
+           "atomic_write_text", "write_json"]

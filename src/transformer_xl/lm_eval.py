@@ -52,10 +52,10 @@ from .errors import ConfigError, DataError, missing_extra, run_guarded
 from .evaluation.rolling import score_rows
 from .generation import generate
 from .generation.sampling import SamplingConfig
+from .model import RunLengths
 from .pretrained import Checkpoint, RunInfo, open_checkpoint
 from .runtime.footprint import check_decoding_fits, check_fits, fit_loaded, weight_bytes
 from .text.tokenizer import warn_unknown_words
-from .model import RunLengths
 from .training.run_config import load_run_config
 
 try:  # lm-eval's own models first: its get_model fills an empty registry only
@@ -280,7 +280,8 @@ class TransformerXLLM(LM):
         do_sample = bool(kwargs.get("do_sample", False)) and temperature > 0
         max_new = _int_arg("max_gen_toks", kwargs.get("max_gen_toks", self.max_gen_toks), 0)
         sampling = SamplingConfig(max_new_tokens=max_new, do_sample=do_sample,
-                                  temperature=temperature if do_sample else 1.0, top_k=int(kwargs.get("top_k") or 0), top_p=float(kwargs.get("top_p") or 1.0),
+                                  temperature=temperature if do_sample else 1.0, top_k=int(kwargs.get("top_k") or 0),
+                                  top_p=float(kwargs.get("top_p") or 1.0),
                                   repetition_penalty=float(kwargs.get("repetition_penalty") or 1.0),
                                   seed=kwargs.get("seed"), stop_tokens=self._stop_ids(stops))
         sampling.validate()

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .text.tokenizer import TransformerXLTokenizer
+from .checkpoints.hub import STEP_DIR, VOCAB_NAMES, Located, locate
+from .checkpoints.loading import load_located, model_config
 from .devices import resolve_device
 from .errors import CheckpointError, DataError
 from .evaluation.score import TextScore, score_text
 from .generation.text import generate_text
-from .checkpoints.hub import STEP_DIR, VOCAB_NAMES, Located, locate
 from .model import RunLengths, TransformerXL, TransformerXLConfig
-from .checkpoints.loading import load_located, model_config
+from .text.tokenizer import TransformerXLTokenizer
 
 HUB_HINT = 'publishing needs huggingface_hub: pip install "transformer-xl[hub]"'
 

@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 import torch
-
 from data_fixtures import require
 from hf_oracle import hf_model, save_hf
+
 from transformer_xl import TransformerXL, TransformerXLConfig
 from transformer_xl.cli import main
 from transformer_xl.convert import export_state_dict
@@ -131,7 +131,8 @@ def test_original_checkpoint_with_the_ptb_vocabulary_of_the_original_rules(tmp_p
     (tmp_path / "args.json").write_text(json.dumps(args))
     data_dir = require("ptb")
     code, stdout, err = run(capsys, "convert", "--from", "original", "--config", tmp_path / "args.json",
-                            "--vocab-from-corpus", "ptb", "--data-dir", data_dir, tmp_path / "model.pt", tmp_path / "out")
+                            "--vocab-from-corpus", "ptb", "--data-dir", data_dir, tmp_path / "model.pt",
+                            tmp_path / "out")
     assert code == 0, err
     vocab = load_vocab(tmp_path / "out")
     assert len(vocab) == 10000 and vocab.get_sym(0) == "<eos>"

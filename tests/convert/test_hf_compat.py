@@ -15,12 +15,25 @@ import warnings
 
 import pytest
 import torch
+from hf_oracle import (
+    CONFIGS,
+    N_TOKEN,
+    TOL,
+    TransfoXLConfig,
+    TransfoXLLMHeadModel,
+    convert,
+    hf_greedy,
+    hf_model,
+    our_step_log_probs,
+    save_hf,
+    segments,
+    worst_differences,
+)
 
-from hf_oracle import (CONFIGS, N_TOKEN, TOL, TransfoXLConfig, TransfoXLLMHeadModel, convert, hf_greedy, hf_model,
-                       our_step_log_probs, save_hf, segments, worst_differences)
 from transformer_xl.cli import main
 from transformer_xl.convert import export_checkpoint
 from transformer_xl.generation.generate import generate
+
 
 @pytest.mark.parametrize("fmt", ["bin", "safetensors"])
 @pytest.mark.parametrize("name,changes,seg_len", CONFIGS, ids=[c[0] for c in CONFIGS])

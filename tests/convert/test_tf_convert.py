@@ -276,7 +276,8 @@ def test_txl_convert_from_tf(tmp_path, capsys):
     expected = np.load(d / "expected.npz")
     got = tf_losses(TransformerXL.from_pretrained(tmp_path / "out"), flags, expected)
     np.testing.assert_allclose(got, expected["losses"], rtol=0, atol=1e-4)
-    code = main(["convert", "--from", "tf", "--config", str(d / "flags.json"), str(d / "missing"), str(tmp_path / "o2")])
+    code = main(["convert", "--from", "tf", "--config", str(d / "flags.json"), str(d / "missing"),
+                 str(tmp_path / "o2")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "missing.index" in err
     assert not (tmp_path / "o2").exists()

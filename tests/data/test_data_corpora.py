@@ -7,10 +7,18 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from data_fixtures import require
 
-from data_fixtures import require, shared_cache, ptb, wt2  # noqa: F401 (fixtures)
-from transformer_xl.data import (DEFAULT_CORPUS_BYTES, BPETokenizer, ByteVocab, Corpus, Vocab, load_corpus,
-                                 load_default_corpus, load_text_corpus)
+from transformer_xl.data import (
+    DEFAULT_CORPUS_BYTES,
+    BPETokenizer,
+    ByteVocab,
+    Corpus,
+    Vocab,
+    load_corpus,
+    load_default_corpus,
+    load_text_corpus,
+)
 
 
 def original_word_tokens(path, lower=False):

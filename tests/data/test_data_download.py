@@ -10,8 +10,8 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+from data_fixtures import closed_port_url, one_line, require
 
-from data_fixtures import closed_port_url, one_line, require, server, shared_cache  # noqa: F401 (fixtures)
 from transformer_xl.data import RemoteFile, download_file, load_corpus
 from transformer_xl.data import corpus as corpus_module
 from transformer_xl.errors import DataError

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from data_fixtures import one_line, require
+
 from transformer_xl.data import KNOWN_CORPORA, load_corpus, load_text_corpus
 from transformer_xl.errors import DataError, TXLError
 

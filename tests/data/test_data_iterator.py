@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from data_fixtures import one_line
 
-from data_fixtures import one_line, ptb, shared_cache  # noqa: F401 (fixtures)
 from transformer_xl.data import LMOrderedIterator
 from transformer_xl.errors import DataError
 

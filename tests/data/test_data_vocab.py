@@ -5,8 +5,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from data_fixtures import one_line
+
 from transformer_xl.data import BPETokenizer, ByteVocab, Vocab, load_vocab
 from transformer_xl.errors import DataError
 

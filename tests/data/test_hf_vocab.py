@@ -14,8 +14,8 @@ import warnings
 import zipfile
 
 import pytest
-
 from data_fixtures import one_line
+
 from transformer_xl.data import HFVocab, Vocab, load_plain_pickle, load_vocab, read_hf_vocab
 from transformer_xl.errors import DataError
 from transformer_xl.text.tokenizer import StreamDecoder, encode_prompt

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import List, Sequence
 
 import pytest
+from data_fixtures import one_line, require
 
-from data_fixtures import one_line, ptb, require, shared_cache, wt2  # noqa: F401 (fixtures)
 from transformer_xl.data import ORIGINAL_CORPORA, load_corpus, original_vocab
 from transformer_xl.errors import DataError
 

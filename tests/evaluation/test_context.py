@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 import pytest
-
 from helpers import random_tokens, tiny_model
+
 from transformer_xl.errors import ConfigError
 from transformer_xl.evaluation.context import context_losses, recl, relative_gain
 

@@ -22,15 +22,15 @@ import torch
 
 pytest.importorskip("lm_eval")
 
-from data_fixtures import require  # noqa: E402
-from transformer_xl.cli import main  # noqa: E402
-from transformer_xl.errors import CheckpointError, ConfigError  # noqa: E402
+import lm_eval
+from data_fixtures import require
+from lm_eval.api.instance import Instance
+from lm_eval.api.registry import get_model
+from lm_eval.tasks import TaskManager
 
-import lm_eval  # noqa: E402
-import transformer_xl.lm_eval as harness  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.api.registry import get_model  # noqa: E402
-from lm_eval.tasks import TaskManager  # noqa: E402
+import transformer_xl.lm_eval as harness
+from transformer_xl.cli import main
+from transformer_xl.errors import CheckpointError, ConfigError
 
 ARTICLES = (14, 55, 57)  # three short articles of wikitext-2/test.txt (461, 909 and 483 words)
 TASK = "wikitext2_few"

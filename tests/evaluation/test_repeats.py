@@ -4,9 +4,17 @@ by brute force, alignment with per-token losses, and the block standard error.""
 import numpy as np
 import pytest
 
-from transformer_xl.analysis.repeats import (NO_REPEAT, bin_mask, distance_bins, far_repeat_mask, masked_mean,
-                                               paired_difference, repeat_distances, repeat_distances_brute,
-                                               row_distances)
+from transformer_xl.analysis.repeats import (
+    NO_REPEAT,
+    bin_mask,
+    distance_bins,
+    far_repeat_mask,
+    masked_mean,
+    paired_difference,
+    repeat_distances,
+    repeat_distances_brute,
+    row_distances,
+)
 from transformer_xl.evaluation.token_losses import stream_rows
 
 

@@ -4,8 +4,8 @@ agree, sliding and segment-with-memory evaluation give the same losses."""
 import numpy as np
 import pytest
 import torch
-
 from helpers import random_tokens, tiny_model
+
 from transformer_xl.evaluation import evaluate
 from transformer_xl.evaluation.token_losses import segment_losses, sliding_losses, stream_rows
 

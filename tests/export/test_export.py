@@ -15,8 +15,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from helpers import randomize_, tiny_model
+
 from transformer_xl import generate
 from transformer_xl.cli import main
 from transformer_xl.errors import ConfigError

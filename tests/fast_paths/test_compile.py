@@ -1,7 +1,6 @@
 """torch.compile: the layer stack compiles as one graph, and compiled losses and gradients equal eager ones."""
 
 import torch
-
 from helpers import random_tokens, tiny_model
 
 

@@ -2,11 +2,10 @@
 
 import pytest
 import torch
-
 from helpers import random_tokens, tiny_model
+
 from transformer_xl.model.attention import backends as attention_backends
 from transformer_xl.model.ops.streamed import streamed_rel_attention
-
 
 # TensorFlow's same_length rule from an empty memory: the window follows the memory present (0, 7, then 9);
 # 3 heads of 40 on states of 100 (d_model not divisible by n_head).

@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from transformer_xl.model.ops.streamed import (draw_dropout_seed, dropout_keep_mask,
-                                                     streamed_rel_attention)
+from transformer_xl.model.ops.streamed import draw_dropout_seed, dropout_keep_mask, streamed_rel_attention
 
 B, H, L, D, DM = 2, 2, 5, 4, 6  # batch, heads, segment, head size, model size
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from helpers import random_tokens, tiny_model
+
 from transformer_xl.errors import ConfigError
 from transformer_xl.generation import DecodingCache, SamplingConfig, SegmentDecoder, generate
 from transformer_xl.generation.sampling import apply_repetition_penalty, filter_top_k_top_p

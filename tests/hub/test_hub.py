@@ -25,14 +25,14 @@ import torch
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("sacremoses")
 
-from data_fixtures import one_line, require  # noqa: E402
-from hf_oracle import (TransfoXLLMHeadModel, hf_ids, hf_model, hf_text, hf_tokenizer, save_hf,  # noqa: E402
-                       worst_differences)
-from hub_cache import add_commit, add_folder, repo_folder  # noqa: E402
-from hub_endpoint import HubEndpoint  # noqa: E402
-from transformer_xl import TransformerXL, TransformerXLTokenizer, open_checkpoint  # noqa: E402
-from transformer_xl.cli import main  # noqa: E402
-from transformer_xl.errors import CheckpointError, TXLError  # noqa: E402
+from data_fixtures import one_line, require
+from hf_oracle import TransfoXLLMHeadModel, hf_ids, hf_model, hf_text, hf_tokenizer, save_hf, worst_differences
+from hub_cache import add_commit, add_folder, repo_folder
+from hub_endpoint import HubEndpoint
+
+from transformer_xl import TransformerXL, TransformerXLTokenizer, open_checkpoint
+from transformer_xl.cli import main
+from transformer_xl.errors import CheckpointError, TXLError
 
 REPO = "toy-transfo-xl/transfo-xl-wt103"
 OURS = "toy-org/converted"

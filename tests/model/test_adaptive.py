@@ -3,8 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import randomize_
+
 from transformer_xl.model.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
 
 
@@ -23,7 +23,8 @@ def test_log_probs_sum_to_one_and_match_target_path(div_val, d_proj):
     assert log_probs.shape == (40, 100)
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(40), rtol=0, atol=1e-5)
     target = torch.arange(40) * 5 % 100  # every cluster is hit
-    torch.testing.assert_close(crit(hidden, target), log_probs.gather(1, target[:, None]).squeeze(1), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(crit(hidden, target), log_probs.gather(1, target[:, None]).squeeze(1), rtol=1e-6,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("d_proj", [16, 24])
@@ -45,7 +46,8 @@ def test_tail_cluster_probability_is_head_times_tail():
                                   torch.cat([crit.out_layers[0].weight, crit.cluster_weight]),
                                   torch.cat([crit.out_layers[0].bias, crit.cluster_bias])), -1)
     for c, (lo, hi) in enumerate([(10, 20), (20, 30)], start=1):
-        tail = F.log_softmax(F.linear(hidden @ crit.out_projs[c], crit.out_layers[c].weight, crit.out_layers[c].bias), -1)
+        layer = crit.out_layers[c]
+        tail = F.log_softmax(F.linear(hidden @ crit.out_projs[c], layer.weight, layer.bias), -1)
         torch.testing.assert_close(lp[:, lo:hi], head[:, -c, None] + tail, rtol=1e-6, atol=1e-6)
     # cluster mass equals the head's cluster probability
     torch.testing.assert_close(lp[:, 10:20].exp().sum(-1), head[:, -1].exp(), rtol=1e-5, atol=1e-6)

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-
-from reference import brute_force_rel_scores
 from helpers import tiny_model
+from reference import brute_force_rel_scores
+
 from transformer_xl.model.attention import distances, rel_attn_score, rel_shift, segment_visibility, sinusoid_table
 
 

@@ -8,13 +8,12 @@ itself runs.
 
 import pytest
 import torch
-
 from helpers import random_tokens, tiny_model
 from reference import reference_losses
+
 from transformer_xl.convert import export_state_dict
 from transformer_xl.generation import DecodingCache
-from transformer_xl.model.attention import AttentionCall, attention_backend, backend_names, register_attention
-from transformer_xl.model.attention import backends
+from transformer_xl.model.attention import AttentionCall, attention_backend, backend_names, backends, register_attention
 from transformer_xl.model.attention.backends import plain_attention
 
 SEG = 4

@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 import torch
+from helpers import random_tokens, tiny_model
 from safetensors.torch import save_file
 
-from helpers import random_tokens, tiny_model
 from transformer_xl.cli import main
 from transformer_xl.convert import convert_checkpoint, export_state_dict
 from transformer_xl.errors import CheckpointError, ConfigError
@@ -64,7 +64,8 @@ def test_converter_round_trips_files(tmp_path, source, fmt, variant):
         save_file(unique, tmp_path / "model.safetensors")
     (tmp_path / "args.json").write_text(json.dumps(args))
     src = tmp_path / ("pytorch_model.bin" if fmt == "bin" else "model.safetensors")
-    assert main(["convert", "--from", source, "--config", str(tmp_path / "args.json"), str(src), str(tmp_path / "out")]) == 0
+    assert main(["convert", "--from", source, "--config", str(tmp_path / "args.json"), str(src),
+                 str(tmp_path / "out")]) == 0
     converted = TransformerXL.from_pretrained(tmp_path / "out")
     assert_same_weights(model, converted)
     # and back again: exporting the converted model gives the same state dict

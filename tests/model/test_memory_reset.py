@@ -1,8 +1,8 @@
 """Resetting chosen rows' memory makes those rows continue exactly as a fresh start."""
 
 import torch
-
 from helpers import random_tokens, tiny_model
+
 from transformer_xl.model import reset_mems
 
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from helpers import random_tokens, tiny_model
 
 

@@ -4,17 +4,19 @@ carried across segments, for every attention type."""
 
 import pytest
 import torch
-
 from helpers import random_tokens, tiny_model
 from reference import reference_losses
+
 from transformer_xl.convert import config_from_args, convert_state_dict, export_state_dict
 
 CASES = {
     "rel-partial": dict(attn_type=0),
     "rel-partial-prelnorm-clamp": dict(attn_type=0, pre_lnorm=True, clamp_len=3),
     "rel-partial-same-length": dict(attn_type=0, same_length=True),
-    "rel-partial-adaptive-div2": dict(attn_type=0, cutoffs=[15, 35], div_val=2, d_embed=32, tie_projs=[False, True, True]),
-    "rel-partial-adaptive-div1-proj": dict(attn_type=0, cutoffs=[15, 35], div_val=1, d_embed=12, tie_projs=[False, True, False]),
+    "rel-partial-adaptive-div2": dict(attn_type=0, cutoffs=[15, 35], div_val=2, d_embed=32,
+                                      tie_projs=[False, True, True]),
+    "rel-partial-adaptive-div1-proj": dict(attn_type=0, cutoffs=[15, 35], div_val=1, d_embed=12,
+                                           tie_projs=[False, True, False]),
     "shaw-learnable": dict(attn_type=1),
     "shaw-learnable-clamp": dict(attn_type=1, clamp_len=4, pre_lnorm=True),
     "vanilla-absolute": dict(attn_type=2),

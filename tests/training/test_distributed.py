@@ -188,7 +188,8 @@ def test_fsdp_through_nproc_launcher_matches_one_process(tmp_path, cache, single
         assert loss == pytest.approx(reference[step], abs=1e-5)
     for name in ("model", "optimizer"):
         mine = load_file(str(run / "checkpoints" / "step_00000006" / f"{name}.safetensors"))
-        assert max_diff(mine, load_file(str(single_ptb / "checkpoints" / "step_00000006" / f"{name}.safetensors"))) < 1e-5
+        theirs = load_file(str(single_ptb / "checkpoints" / "step_00000006" / f"{name}.safetensors"))
+        assert max_diff(mine, theirs) < 1e-5
     resume_from_step_3(run, tmp_path / "resumed", cache, [])
     assert max_diff(weights(tmp_path / "resumed", 6), weights(single_ptb, 6)) < 1e-5
 

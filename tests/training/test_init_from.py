@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import run_args, write_corpus
 from safetensors.torch import load_file
 
-from run_helpers import run_args, write_corpus
 from transformer_xl.cli import main
 from transformer_xl.training import checkpoint_files as ckpt
 from transformer_xl.training import load_run_config, train
@@ -49,7 +49,8 @@ def test_finetune_keeps_model_and_vocab_counts_unknown_words_once(source, data, 
     mine = ckpt.latest_checkpoint(run)
     assert json.loads((mine / "trainer_state.json").read_text())["step"] == 1  # a fresh schedule
     assert (mine / "vocab.json").read_bytes() == (best / "vocab.json").read_bytes()
-    theirs_cfg, mine_cfg = json.loads((best / "config.json").read_text()), json.loads((mine / "config.json").read_text())
+    theirs_cfg = json.loads((best / "config.json").read_text())
+    mine_cfg = json.loads((mine / "config.json").read_text())
     assert mine_cfg == {**theirs_cfg, "tgt_len": 6, "mem_len": 12, "dropout": 0.0}
     a, b = load_file(str(best / "model.safetensors")), load_file(str(mine / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -14,17 +14,16 @@ import signal
 import time
 from pathlib import Path
 
+import faults
 import pytest
 import torch
 import yaml
+from run_helpers import MAX_STEPS, leftovers, run_args, wait_child, write_corpus
 from safetensors import safe_open
 
 from transformer_xl.training import checkpoint_files as ckpt
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.metrics_log import read_metrics
-
-import faults
-from run_helpers import MAX_STEPS, leftovers, run_args, wait_child, write_corpus
 
 KILL_POINTS = faults.POINTS
 TIMING = ("tokens_per_s", "elapsed")  # wall-clock fields: the only ones that may differ

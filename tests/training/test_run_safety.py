@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import leftovers, run_args, wait_child, write_corpus
 from safetensors import SafetensorError
 
-from run_helpers import leftovers, run_args, wait_child, write_corpus
 from transformer_xl.cli import main
 from transformer_xl.errors import ConfigError
 from transformer_xl.training import checkpoint_files as ckpt

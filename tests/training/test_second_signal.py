@@ -8,10 +8,9 @@ import time
 
 import pytest
 import torch
+from run_helpers import run_args, wait_child, write_corpus
 
 from transformer_xl.training import checkpoint_files as ckpt
-
-from run_helpers import run_args, wait_child, write_corpus
 
 
 @pytest.fixture(scope="module")

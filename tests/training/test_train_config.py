@@ -6,8 +6,13 @@ import pytest
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.model.config import RunLengths, TransformerXLConfig
-from transformer_xl.training.run_config import (ModelSection, builtin_config_names, load_run_config, parse_duration,
-                                            parse_overrides)
+from transformer_xl.training.run_config import (
+    ModelSection,
+    builtin_config_names,
+    load_run_config,
+    parse_duration,
+    parse_overrides,
+)
 from transformer_xl.training.schedule import lr_at
 
 

@@ -37,7 +37,8 @@ def test_small_ptb_run_beats_the_unigram_entropy(tmp_path):
         "--dataset", "ptb", "--data-dir", str(DATA_DIR / "ptb"), "--cache-dir", str(tmp_path / "cache"),
         "--run-dir", str(tmp_path / "run"), "--n-layer", "2", "--d-model", "64", "--n-head", "2", "--d-head", "32",
         "--d-inner", "256", "--tgt-len", "32", "--mem-len", "32", "--batch-size", "16", "--lr", "0.002",
-        "--init-std", "0.1", "--warmup-steps", "20", "--max-steps", "400", "--eval-interval", "400", "--log-interval", "50",
+        "--init-std", "0.1", "--warmup-steps", "20", "--max-steps", "400", "--eval-interval", "400",
+        "--log-interval", "50",
         "--eval.max-steps", "60", "--eval.batch-size", "10", "--dropout", "0.0", "--progress", "false",
         "--tensorboard", "false", "--num-threads", "2"])
     result = train(cfg, corpus=corpus)
@@ -74,7 +75,8 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path):
     assert sorted(reference) == list(range(1, total + 1))
 
     run = tmp_path / "killed"
-    proc = subprocess.Popen(_train_cmd(run, cache, total), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_train_cmd(run, cache, total), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not (run / "checkpoints" / "step_00000015").exists():
         time.sleep(0.01)

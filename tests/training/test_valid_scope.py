@@ -6,11 +6,10 @@ import logging
 import re
 
 import pytest
+from run_helpers import write_corpus
 
 from transformer_xl.cli import main
 from transformer_xl.training import load_run_config, train
-
-from run_helpers import write_corpus
 
 PARTIAL = re.compile(r"step 6 \| valid loss (\d+\.\d{4}) \(first (\d+) of (\d+) segments\) \| ppl")
 WHOLE = re.compile(r"step 6 \| valid loss (\d+\.\d{4}) \| ppl")

@@ -63,7 +63,8 @@ def plot_run(run_dir, out: Optional[str] = None) -> Path:
     """Draw the train and valid loss curves of a run; returns the image path."""
     records = read_loss_records(run_dir)
     path = check_image_path(out if out else Path(run_dir) / "loss.png", "--out")
-    curves = {split: [(r["step"], r["loss"]) for r in records if r.get("split") == split] for split in ("train", "valid")}
+    curves = {split: [(r["step"], r["loss"]) for r in records if r.get("split") == split]
+              for split in ("train", "valid")}
     if not any(curves.values()):
         raise DataError(f"{Path(run_dir) / METRICS_NAME}: no train or valid loss records to plot")
     plt = pyplot()

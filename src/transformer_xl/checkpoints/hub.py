@@ -213,7 +213,7 @@ def _hub():
     """``huggingface_hub`` with its ``errors`` module loaded (its attributes load lazily)."""
     try:
         import huggingface_hub
-        import huggingface_hub.errors  # noqa: F401
+        import huggingface_hub.errors
     except ImportError:
         raise CheckpointError(HUB_EXTRA_HINT) from None
     return huggingface_hub

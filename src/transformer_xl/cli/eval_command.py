@@ -10,8 +10,15 @@ from __future__ import annotations
 import json
 
 from ..jobs import CheckpointEvalSettings, evaluate_checkpoint
-from .options import add_attention_args, add_checkpoint_args, add_corpus_args, at_least, attention_option, checks, \
-    corpus_choice
+from .options import (
+    add_attention_args,
+    add_checkpoint_args,
+    add_corpus_args,
+    at_least,
+    attention_option,
+    checks,
+    corpus_choice,
+)
 
 
 def add(sub) -> None:

@@ -29,8 +29,18 @@ import torch
 
 from ..errors import run_guarded
 from ..version import __version__
-from . import (bench_command, context_command, convert_command, eval_command, export_command, generate_command,
-               lm_eval_command, plot_command, score_command, train_command)
+from . import (
+    bench_command,
+    context_command,
+    convert_command,
+    eval_command,
+    export_command,
+    generate_command,
+    lm_eval_command,
+    plot_command,
+    score_command,
+    train_command,
+)
 from .options import check_options
 
 #: The sub-commands, in the order ``txl --help`` lists them; each module's ``add(sub)`` adds its parser.

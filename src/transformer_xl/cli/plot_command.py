@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..analysis.loss_curves import plot_run
 
+
 def add(sub) -> None:
     p = sub.add_parser("plot", help="draw a run's loss curves to a PNG")
     p.add_argument("run_dir")

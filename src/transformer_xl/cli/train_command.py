@@ -8,15 +8,16 @@ import sys
 from pathlib import Path
 
 from ..checkpoints.hub import RUN_CONFIG_NAME, latest_checkpoint
-from ..training import load_run_config, train
-from ..training.run_config import builtin_config_names
 from ..data.corpus import check_dataset
+from ..training import load_run_config, train
 from ..training.launch import check_nproc, launch
+from ..training.run_config import builtin_config_names
 from ..training.signals import StopNow, exit_status
 
 
 def add(sub) -> None:
-    p = sub.add_parser("train", allow_abbrev=False, help="train a model (with no arguments: a small model on the built-in corpus)",
+    p = sub.add_parser("train", allow_abbrev=False,
+                       help="train a model (with no arguments: a small model on the built-in corpus)",
                        description="Train a Transformer-XL. Options not listed here override config fields: "
                                    "--lr 0.001, --max-steps 500, --n-layer 6, --eval.mem-len 256 ...",
                        epilog=f"built-in configs: {', '.join(_builtin_configs())}")

@@ -23,12 +23,12 @@ from typing import Mapping
 
 import torch
 
-from ..errors import CheckpointError
-from ..model.config import TransformerXLConfig, read_json_object
-from ..files import atomic_write, atomic_write_text
-from ..model.saving import describe_mismatch, load_into, unique_state_dict
-from ..checkpoints.loading import load_state_dict_file
 from ..checkpoints.layouts import LAYOUTS, check_layout, config_from_args, export_state_dict, prepare_state_dict
+from ..checkpoints.loading import load_state_dict_file
+from ..errors import CheckpointError
+from ..files import atomic_write, atomic_write_text
+from ..model.config import TransformerXLConfig, read_json_object
+from ..model.saving import describe_mismatch, load_into, unique_state_dict
 from ..model.transformer import TransformerXL
 
 SOURCES = LAYOUTS
@@ -95,6 +95,7 @@ def check_out_dir(out_dir) -> Path:
 
 
 __all__ = [
-    "config_from_args", "export_checkpoint", "convert_state_dict", "export_state_dict", "load_state_dict_file", "convert_checkpoint",
+    "config_from_args", "export_checkpoint", "convert_state_dict", "export_state_dict", "load_state_dict_file",
+    "convert_checkpoint",
     "describe_mismatch", "unique_state_dict",
 ]

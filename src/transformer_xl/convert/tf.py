@@ -222,7 +222,8 @@ def complete_flags(flags: Dict, shapes: Mapping[str, Tuple[int, ...]], origin: s
                 total += shapes[f"adaptive_softmax/cutoff_{i}/b"][0]
                 i += 1
             if total == 0:
-                raise CheckpointError(f"{origin}: no adaptive_softmax biases: cannot tell n_token (give it in the flags)")
+                raise CheckpointError(f"{origin}: no adaptive_softmax biases: cannot tell n_token (give it in the "
+                                      f"flags)")
             f["n_token"] = total
     if f["untie_r"] is None:
         f["untie_r"] = len(shapes.get("r_w_bias", ())) == 3

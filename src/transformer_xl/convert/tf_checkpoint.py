@@ -147,7 +147,8 @@ class Crc32c:
         self._state = 0xFFFFFFFF
 
     def update(self, data) -> "Crc32c":
-        view = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+        is_array = isinstance(data, np.ndarray)
+        view = data.reshape(-1).view(np.uint8) if is_array else np.frombuffer(data, dtype=np.uint8)
         n_lanes = view.size // _LANE_BYTES
         if n_lanes >= 8:
             body = view[: n_lanes * _LANE_BYTES]
@@ -262,7 +263,8 @@ def _parse_entry(name: str, buf: bytes) -> TensorEntry:
             crc = value
         elif number == 7:
             sliced = True
-    dtype = DTYPES[dtype_code][0] if dtype_code in DTYPES else ("string" if dtype_code == DT_STRING else f"dtype {dtype_code}")
+    other = "string" if dtype_code == DT_STRING else f"dtype {dtype_code}"
+    dtype = DTYPES[dtype_code][0] if dtype_code in DTYPES else other
     return TensorEntry(name, dtype, shape, shard, offset, size, crc, sliced)
 
 
@@ -314,7 +316,8 @@ def _table_entries(path: Path) -> Iterator[Tuple[bytes, bytes]]:
         raise CheckpointError(f"{path}: truncated index ({len(data)} bytes, shorter than the 48-byte footer)")
     footer = data[-FOOTER_SIZE:]
     if int.from_bytes(footer[-8:], "little") != TABLE_MAGIC:
-        raise CheckpointError(f"{path}: not a TensorFlow checkpoint index (bad magic number; truncated or foreign file)")
+        raise CheckpointError(f"{path}: not a TensorFlow checkpoint index (bad magic number; truncated or foreign "
+                              f"file)")
     _, _, pos = _block_handle(footer, 0, f"{path}: footer")
     index_offset, index_size, _ = _block_handle(footer, pos, f"{path}: footer")
     for _, handle in _block_entries(_read_block(data, index_offset, index_size, path), path):
@@ -372,7 +375,8 @@ class TFCheckpoint(Mapping[str, TensorEntry]):
         for shard in range(self.num_shards):
             path = shard_path(self.prefix, shard, self.num_shards)
             if not path.is_file():
-                raise CheckpointError(f"{path}: data shard not found ({self.num_shards} shard(s) listed in {self.index.name})")
+                raise CheckpointError(f"{path}: data shard not found ({self.num_shards} shard(s) listed in "
+                                      f"{self.index.name})")
             sizes[shard] = path.stat().st_size
         for e in self._entries.values():
             if e.sliced or e.size == 0:

@@ -23,8 +23,16 @@ Every user error (missing, empty or undecodable file, unknown corpus, failed dow
 """
 
 from ..text import BPETokenizer, ByteVocab, HFVocab, Tokenizer, Vocab, load_plain_pickle, load_vocab, read_hf_vocab
-from .corpus import (KNOWN_CORPORA, LEVELS, Corpus, load_corpus, load_default_corpus, load_text_corpus, metric_name,
-                     split_sizes)
+from .corpus import (
+    KNOWN_CORPORA,
+    LEVELS,
+    Corpus,
+    load_corpus,
+    load_default_corpus,
+    load_text_corpus,
+    metric_name,
+    split_sizes,
+)
 from .corpus_cache import CACHE_ENV, cache_root
 from .download import RemoteFile, download_file, verify_file
 from .iterator import LMOrderedIterator, align_labels

@@ -31,16 +31,25 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._io import (
+    JSON_STYLE,
+    PathLike,
+    check_file,
+    fingerprint,
+    read_bytes,
+    read_text,
+    smallest_dtype,
+    split_lines,
+    stable_hash,
+)
 from ..errors import ConfigError, DataError
 from ..files import write_json
-from .._io import (JSON_STYLE, PathLike, check_file, fingerprint, read_bytes, read_text, smallest_dtype, split_lines,
-                  stable_hash)
 from ..text.bpe import BPETokenizer
+from ..text.vocab import EOS, ByteVocab, Tokenizer, Vocab
 from .corpus_cache import SPLITS, cache_root, corpus_dir, load_corpus_files, save_corpus
 from .download import Member, MemberPattern, RemoteFile, download_file, extract_members
 from .iterator import LMOrderedIterator
 from .stdlib import DEFAULT_CORPUS_BYTES, describe_sources, read_sources, select_sources
-from ..text.vocab import EOS, ByteVocab, Tokenizer, Vocab
 
 log = logging.getLogger(__name__)
 

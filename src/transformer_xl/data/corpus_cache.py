@@ -23,9 +23,9 @@ from typing import Any, BinaryIO, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
+from .._io import JSON_STYLE, PathLike, atomic_save_npy, load_npy, read_json, smallest_dtype, stable_hash
 from ..errors import DataError
 from ..files import atomic_write_stream, write_json
-from .._io import JSON_STYLE, PathLike, atomic_save_npy, load_npy, read_json, smallest_dtype, stable_hash
 from ..text.vocab_files import load_vocab
 
 log = logging.getLogger(__name__)

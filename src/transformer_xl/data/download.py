@@ -24,9 +24,9 @@ from typing import BinaryIO, Callable, Dict, Optional, Sequence, Tuple
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
+from .._io import PathLike
 from ..errors import DataError
 from ..files import atomic_write_stream
-from .._io import PathLike
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import DataError
 from .._io import PathLike
-from .corpus_cache import SPLITS, cache_root
-from .corpus import SPECS, _from_data_dir, count_parts, enwik8_parts, enwik8_vocab, text8_parts, text8_vocab
+from ..errors import DataError
 from ..text.vocab import EOS, Vocab
+from .corpus import SPECS, _from_data_dir, count_parts, enwik8_parts, enwik8_vocab, text8_parts, text8_vocab
+from .corpus_cache import SPLITS, cache_root
 
 ORIGINAL_CORPORA = ("wt103", "wt2", "ptb", "enwik8", "text8", "lm1b")
 

@@ -70,7 +70,8 @@ class RECLResult:
         return f">= {self.recl}" if self.capped else str(self.recl)
 
 
-def recl(group: Mapping[str, Losses], lengths: Sequence[int], r: float = 0.1, threshold: float = 0.01) -> Dict[str, RECLResult]:
+def recl(group: Mapping[str, Losses], lengths: Sequence[int], r: float = 0.1,
+         threshold: float = 0.01) -> Dict[str, RECLResult]:
     """RECL of every model of the group, stepping through ``lengths`` (ascending)."""
     if len(group) < 2:
         raise ConfigError("RECL compares a group: give two or more models")

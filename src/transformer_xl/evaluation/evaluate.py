@@ -13,8 +13,8 @@ import torch
 from ..data import LMOrderedIterator, align_labels
 from ..devices import all_reduce_sum
 from ..errors import ConfigError
-from ..model import RunLengths
 from ..labels import IGNORE_INDEX
+from ..model import RunLengths
 from .metrics import metric_name, metric_value
 from .segments import losses_with_memory
 from .token_losses import sliding_losses
@@ -108,4 +108,5 @@ def _evaluate_sliding(model, data, batch_size, window, level, max_predictions, d
     seconds = time.perf_counter() - start
     loss = float(losses.double().mean())
     metric = metric_name(level)
-    return EvalResult(loss=loss, tokens=losses.numel(), seconds=seconds, metric=metric, value=metric_value(loss, metric))
+    return EvalResult(loss=loss, tokens=losses.numel(), seconds=seconds, metric=metric,
+                      value=metric_value(loss, metric))

@@ -10,8 +10,8 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from ..text.tokenizer import TransformerXLTokenizer, warn_unknown_words
 from ..errors import DataError
+from ..text.tokenizer import TransformerXLTokenizer, warn_unknown_words
 from .metrics import named_figures
 from .segments import losses_with_memory, row_segments
 

@@ -1,7 +1,8 @@
 """The graph of cached decoding: one token per row, with the projected keys and values as state.
 
 The segment graph (:mod:`.graph`) re-projects its whole memory through ``W_k`` and ``W_v`` at every call, so a
-token costs O(mem_len * d^2). This graph keeps what ``generate`` keeps (:class:`~transformer_xl.generation.DecodingCache`):
+token costs O(mem_len * d^2). This graph keeps what ``generate`` keeps
+(:class:`~transformer_xl.generation.DecodingCache`):
 every layer's projected keys and values of the last ``S`` positions, and the position keys ``W_r R`` of every
 distance (constants of the graph), so a token costs O(d^2 + S * d)::
 

@@ -111,7 +111,7 @@ def _exporter_errors(exporter: str, model: TransformerXL, kind: str, name: Optio
         yield
     except (TXLError, MemoryError):
         raise
-    except Exception as exc:  # noqa: BLE001 - whatever the exporter raises is "cannot be exported"
+    except Exception as exc:  # whatever the exporter raises is "cannot be exported"
         root = exc
         while root.__cause__ is not None and root.__cause__ is not root:  # torch.onnx wraps torch.export's error
             root = root.__cause__

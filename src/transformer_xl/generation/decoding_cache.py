@@ -156,7 +156,8 @@ class DecodingCache:
         window = self.model.same_length_window(start - first.clamp(min=self.oldest))  # memory present: [B, n, 1]
         mask = forbidden(q_index[:, :, None], k_index[:, None, :], window, first)  # [B, n, T]
         n, klen = q_index.size(1), k_index.size(1)
-        own = torch.arange(klen, device=q_index.device)[None, :] == torch.arange(klen - n, klen, device=q_index.device)[:, None]
+        keys = torch.arange(klen, device=q_index.device)
+        own = keys[None, :] == torch.arange(klen - n, klen, device=q_index.device)[:, None]
         return hide(mask, k_index == PAD, own)
 
     def _trim(self) -> None:

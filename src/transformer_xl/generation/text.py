@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from ..text.tokenizer import TransformerXLTokenizer
 from ..errors import DataError
+from ..text.tokenizer import TransformerXLTokenizer
 from .generate import generate
 from .sampling import SamplingConfig
 

@@ -25,7 +25,7 @@ into these settings and calls one of these functions.
 from .checkpoint_eval import CheckpointEval, CheckpointEvalSettings, evaluate_checkpoint
 from .context_curves import ContextCurves, ContextSettings, context_curves
 from .continuation import GenerateSettings, continue_prompt
-from .conversion import ConvertSettings, Converted, convert_to_folder
+from .conversion import Converted, ConvertSettings, convert_to_folder
 from .eval_data import CorpusChoice, EvalData, checkpoint_split
 from .eval_speed import EvalSpeedSettings, check_eval_speed, run_eval_speed
 from .graph_export import ExportSettings, GraphExport, export_graph

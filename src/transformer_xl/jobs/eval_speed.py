@@ -27,12 +27,12 @@ from typing import List, Optional, Sequence
 
 import torch
 
+from ..analysis.figures import check_image_path, pyplot, save_figure
 from ..data import load_corpus
 from ..errors import ConfigError
+from ..evaluation.token_losses import WINDOWS_PER_CALL, segment_losses, sliding_losses
 from ..model import TransformerXL, TransformerXLConfig
 from ..runtime.footprint import MARGIN, available_bytes, format_bytes, forward_footprint
-from ..analysis.figures import check_image_path, pyplot, save_figure
-from ..evaluation.token_losses import WINDOWS_PER_CALL, segment_losses, sliding_losses
 
 
 @dataclass

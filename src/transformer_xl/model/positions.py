@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .attention import AbsoluteAttention, ShawAttention, RelativeAttention
+from .attention import AbsoluteAttention, RelativeAttention, ShawAttention
 from .attention.relative import distances, sinusoid_table
 from .config import TransformerXLConfig
 

@@ -24,12 +24,11 @@ from ..labels import IGNORE_INDEX
 from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
 from .attention import RelativeAttention, Visibility, attention_backend, segment_visibility
 from .config import RunLengths, TransformerXLConfig
-from .ops.dropout import Dropout
-from .saving import PretrainedMixin
-from .ops.linear import Linear
 from .memory import Mems, empty_mems, shift_mems, update_mems, update_mems_mask
+from .ops.dropout import Dropout
+from .ops.linear import Linear
 from .positions import position_scheme
-
+from .saving import PretrainedMixin
 
 
 @dataclasses.dataclass

@@ -114,7 +114,8 @@ def _attention(config, b: int, l: int, m: int, s: int, chunk: int, precision: st
         band = config.n_head * b * l * (2 * chunk + l)  # a block's content and position scores
         return s * (5 * b * l * hd + 2 * b * chunk * hd) + r_k + band * _score_bytes(precision, training)
     cat = b * k * d * s if m > 0 else 0
-    return cat + s * b * (3 * l + 2 * k) * hd + r_k + config.n_head * b * l * (k + 1) * _score_bytes(precision, training)
+    scores = config.n_head * b * l * (k + 1) * _score_bytes(precision, training)
+    return cat + s * b * (3 * l + 2 * k) * hd + r_k + scores
 
 
 def _saved_per_layer(config, b: int, l: int, m: int, s: int, chunk: int) -> int:

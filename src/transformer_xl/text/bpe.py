@@ -14,9 +14,9 @@ from typing import Iterable, Iterator, List, Sequence
 
 import numpy as np
 
+from .._io import PathLike, TextInput, as_text, ids_list, resolve_save_path
 from ..errors import DataError, one_line
 from ..files import atomic_write_bytes
-from .._io import PathLike, TextInput, as_text, ids_list, resolve_save_path
 
 log = logging.getLogger(__name__)
 

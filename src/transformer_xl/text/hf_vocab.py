@@ -26,8 +26,8 @@ import re
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..errors import DataError
 from .._io import PathLike, ids_list
+from ..errors import DataError
 from .safe_pickle import InertObject, load_plain_pickle
 from .vocab import EOS, UNK_SYMBOLS, Vocab
 

@@ -24,8 +24,8 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from ..errors import DataError, TXLError, one_line
 from .._io import PathLike, check_file
+from ..errors import DataError, TXLError, one_line
 
 #: The first pickle of a legacy ``torch.save`` file is this integer.
 TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -136,7 +136,8 @@ def _unpickle(stream, origin: str) -> Any:
         raise DataError(f"{origin}: truncated pickle (the file ends before the object does)") from None
     except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError, UnicodeError,
             OverflowError, MemoryError, RecursionError) as exc:
-        raise DataError(f"{origin}: not a readable pickle ({type(exc).__name__}: {one_line(exc, first=True)})") from None
+        reason = f"{type(exc).__name__}: {one_line(exc, first=True)}"
+        raise DataError(f"{origin}: not a readable pickle ({reason})") from None
 
 
 def _from_zip(path: Path) -> Any:

@@ -20,8 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..errors import DataError
 from ..checkpoints.hub import locate
+from ..errors import DataError
 from .hf_vocab import GLUE_SYMBOLS, HFVocab
 from .vocab_files import load_vocab
 

@@ -27,10 +27,23 @@ from typing import Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, Un
 
 import numpy as np
 
+from .._io import (
+    JSON_STYLE,
+    PathLike,
+    TextInput,
+    as_text,
+    check_file,
+    ids_list,
+    iter_lines,
+    normalize_newlines,
+    read_bytes,
+    read_json,
+    read_text,
+    resolve_save_path,
+    split_lines,
+)
 from ..errors import DataError
 from ..files import write_json
-from .._io import (JSON_STYLE, PathLike, TextInput, as_text, check_file, ids_list, iter_lines, normalize_newlines,
-                  read_bytes, read_json, read_text, resolve_save_path, split_lines)
 from .safe_pickle import looks_like_pickle
 
 log = logging.getLogger(__name__)

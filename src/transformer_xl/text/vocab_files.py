@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import DataError
 from .._io import PathLike, check_file, iter_lines, read_json
+from ..errors import DataError
 from .bpe import BPETokenizer
 from .hf_vocab import HFVocab, read_hf_vocab
 from .safe_pickle import looks_like_pickle

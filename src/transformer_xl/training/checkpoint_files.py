@@ -31,12 +31,21 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from safetensors.torch import save_file
 
-from ..version import __version__
-from ..errors import CheckpointError, ConfigError
 from .. import files
-from ..files import atomic_write, write_json
-from ..checkpoints.hub import (CHECKPOINTS, COMPLETE, CONFIG_NAME, STEP_DIR, WEIGHTS_NAME, checkpoint_step, checkpoints_dir, is_model_dir, latest_checkpoint, list_checkpoints, resolve_model_dir)
+from ..checkpoints.hub import (
+    COMPLETE,
+    CONFIG_NAME,
+    STEP_DIR,
+    WEIGHTS_NAME,
+    checkpoint_step,
+    checkpoints_dir,
+    is_model_dir,
+    list_checkpoints,
+)
 from ..checkpoints.loading import load_safetensors
+from ..errors import CheckpointError, ConfigError
+from ..files import atomic_write, write_json
+from ..version import __version__
 
 TRAINER_STATE = "trainer_state.json"
 BEST_INFO = "best.json"  # in best/: {"step": N, "valid_loss": x}

@@ -23,8 +23,6 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-import torch
-
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model import TransformerXL
 from . import checkpoint_files as ckpt

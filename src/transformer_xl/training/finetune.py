@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checkpoints.hub import VOCAB_NAMES, Located, locate
+from ..checkpoints.loading import model_config
 from ..data import load_vocab
 from ..errors import CheckpointError, ConfigError, DataError
-from ..checkpoints.hub import VOCAB_NAMES, Located, locate
 from ..model.config import TransformerXLConfig
-from ..checkpoints.loading import model_config
 
 log = logging.getLogger(__name__)
 

@@ -22,17 +22,17 @@ from typing import List, Optional
 
 import torch
 
+from ..checkpoints.loading import read_weights
 from ..data import LMOrderedIterator, align_labels, load_run_corpus, load_vocab
 from ..devices import autocast_dtype, resolve_device
 from ..errors import ConfigError
 from ..evaluation import EvalSettings, evaluate
 from ..evaluation.metrics import metric_name, metric_value
+from ..labels import IGNORE_INDEX
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import AttentionChoice
-from ..runtime.footprint import fit_attention
 from ..model.saving import load_into
-from ..checkpoints.loading import read_weights
-from ..labels import IGNORE_INDEX
+from ..runtime.footprint import fit_attention
 from . import checkpoint_files as ckpt
 from . import distributed, finetune, preflight
 from .allocator import keep_cpu_memory
@@ -149,8 +149,10 @@ class Trainer:
         elif resume:
             log.info("no checkpoint in %s yet: starting from scratch", self.run_dir)
         if self.dist.is_main:
-            mem_floats = (self.model.config.n_layer + 1) * t.batch_size * self.model.config.mem_len * self.model.config.d_model
-            preflight.check_free_space(self.run_dir, preflight.checkpoint_bytes(self.model.num_parameters(), 2, mem_floats))
+            m = self.model.config
+            mem_floats = (m.n_layer + 1) * t.batch_size * m.mem_len * m.d_model
+            need = preflight.checkpoint_bytes(self.model.num_parameters(), 2, mem_floats)
+            preflight.check_free_space(self.run_dir, need)
         self.directory.accept(self.cfg.to_dict(), t.tensorboard, self.step, self.best_step, self.best_valid)
 
     def _plan_attention(self) -> AttentionChoice:
@@ -285,14 +287,16 @@ class Trainer:
                         self.dist, [loss, float(out_of_time), float(stops.requested)])
                     loss, out_of_time, interrupted = total / self.dist.world_size, timeouts > 0, interrupts > 0
                     if not math.isfinite(loss):
-                        raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup-steps")
+                        raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise "
+                                          f"--warmup-steps")
                     losses.append(loss)
                     window_loss, window_steps = window_loss + loss, window_steps + 1
                     window_tokens += int((tgt != IGNORE_INDEX).sum()) * self.dist.world_size
                     elapsed = self.elapsed_before + time.perf_counter() - start
                     if self.step % t.log_interval == 0 or self.step == t.max_steps:
                         now = time.perf_counter()
-                        self._log_train(bar, window_loss / window_steps, window_tokens / max(now - window_start, 1e-9), elapsed)
+                        rate = window_tokens / max(now - window_start, 1e-9)
+                        self._log_train(bar, window_loss / window_steps, rate, elapsed)
                         window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, now
                     done = self.step == t.max_steps or out_of_time
                     is_best = False
@@ -324,7 +328,8 @@ class Trainer:
                   "tokens_per_s": tokens_per_s, "elapsed": elapsed}
         self.metrics.log(record)
         if bar is not None:
-            bar.set_postfix({"loss": f"{loss:.3f}", self.metric: f"{record[self.metric]:.3f}", "lr": f"{record['lr']:.2e}",
+            bar.set_postfix({"loss": f"{loss:.3f}", self.metric: f"{record[self.metric]:.3f}",
+                             "lr": f"{record['lr']:.2e}",
                              "tok/s": f"{tokens_per_s:,.0f}"}, refresh=False)
         else:
             log.info("step %d | loss %.4f | %s %.3f | lr %.3g | %.0f tok/s", self.step, loss, self.metric,

@@ -47,7 +47,8 @@ class MetricsLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # tensorboard is an optional extra
-            log.info("tensorboard is not installed; metrics go to metrics.jsonl only (pip install 'transformer-xl[tensorboard]')")
+            log.info("tensorboard is not installed; metrics go to metrics.jsonl only "
+                     "(pip install 'transformer-xl[tensorboard]')")
             return None
         return SummaryWriter(log_dir=str(folder))
 

@@ -121,7 +121,7 @@ def disk_writes(what: str, after: Union[str, Callable[[], str]] = ""):
     ``cannot write WHAT: No space left on device (ENOSPC)AFTER`` (``after`` may be a function giving it)."""
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - re-raised unless it is a write error
+    except Exception as exc:  # re-raised unless it is a write error
         error = as_write_error(exc)
         if error is None:
             raise

@@ -23,7 +23,6 @@ from ..errors import ConfigError
 from ..model.attention import AttentionChoice
 from ..model.config import RunLengths, TransformerXLConfig
 
-
 #: Fields and flags that were removed, and what to write instead: a user who types one gets this in one line.
 REMOVED_SPELLINGS = {"attn_chunk": "attention streamed:N", "fused_attention": "attention triton"}
 
@@ -62,7 +61,8 @@ class DataConfig:
 class TrainConfig:
     run_dir: str = "runs/default"
     batch_size: int = 16  # the global batch: split over the processes of a distributed run
-    batch_chunk: int = 1  # gradient accumulation: each chunk of (each process's share of) the batch keeps its own memory
+    # gradient accumulation: each chunk of (each process's share of) the batch keeps its own memory
+    batch_chunk: int = 1
     varlen: bool = False  # the paper code's variable segment length
     optim: str = "adam"  # adam | adamw
     lr: float = 2.5e-4
@@ -85,7 +85,8 @@ class TrainConfig:
     save_interval: Optional[int] = None  # defaults to eval_interval
     keep_checkpoints: int = 3
     num_threads: Optional[int] = None  # torch CPU threads; None keeps torch's default
-    keep_cpu_memory: bool = True  # glibc: freed CPU tensors stay in the heap (no page faults per step; see allocator.py)
+    # glibc: freed CPU tensors stay in the heap (no page faults per step; see allocator.py)
+    keep_cpu_memory: bool = True
     progress: bool = True  # a progress bar on stderr
     tensorboard: bool = True  # event files under RUN_DIR/tb when tensorboard is installed
     parallel: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (sharded weights, gradients, optimiser)
@@ -219,7 +220,8 @@ def _read_yaml(path: Path, seen: Tuple[Path, ...] = ()) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path} (built-in configs: {', '.join(builtin_config_names())})") from None
+        raise ConfigError(f"config file not found: {path} (built-in configs: "
+                          f"{', '.join(builtin_config_names())})") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:

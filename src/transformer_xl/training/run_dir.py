@@ -15,9 +15,9 @@ from typing import Optional
 
 import yaml
 
+from ..checkpoints.hub import RUN_CONFIG_NAME
 from ..errors import ConfigError, TXLError
 from ..files import atomic_write_text
-from ..checkpoints.hub import RUN_CONFIG_NAME
 from . import checkpoint_files as ckpt
 from . import distributed, preflight
 from .lock import LOCK_NAME, RunLock
@@ -95,7 +95,8 @@ class RunDirectory:
     def intact_hint(self) -> str:
         """What is left on disk, for an error while writing: the last checkpoint, and how to go on."""
         latest = ckpt.latest_checkpoint(self.path)
-        kept = f"the checkpoints written before are intact (latest: {latest})" if latest else "no checkpoint was written"
+        kept = (f"the checkpoints written before are intact (latest: {latest})" if latest
+                else "no checkpoint was written")
         return f"; {kept}; free space or fix {self.path}, then rerun with --resume"
 
     def close(self) -> None:

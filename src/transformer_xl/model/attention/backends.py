@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..ops import triton_kernel
-from .relative import rel_attn_score
 from ..ops.streamed import streamed_rel_attention
+from .relative import rel_attn_score
 from .visibility import Visibility
 
 
@@ -209,5 +209,6 @@ register_attention("plain", plain_attention)
 register_attention("streamed", streamed_attention, takes_rows=True)
 register_attention("triton", triton_attention, takes_rows=True)
 
-__all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "masked_softmax_attend",
+__all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names",
+           "masked_softmax_attend",
            "plain_attention", "register_attention", "split_heads", "streamed_attention", "triton_attention"]

@@ -26,9 +26,10 @@ from torch import Tensor, nn
 
 from ..ops.dropout import Dropout
 from ..ops.linear import Linear, linear
-from .backends import AttentionCall, AttentionChoice, KeyValueRows, attention_backend, backend_names, masked_softmax_attend
+from .backends import AttentionCall, KeyValueRows, attention_backend, masked_softmax_attend
 from .relative import rel_attn_score, rel_shift
 from .visibility import Visibility
+
 
 class AttentionBase(nn.Module):
     """Shared parts: dropout, output projection, residual and layer norm (post- or pre-LN)."""

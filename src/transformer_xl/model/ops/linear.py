@@ -43,7 +43,8 @@ def _split(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> int:
     """How many blocks to split the output features into (0: use ``F.linear``)."""
     if x.device.type != "cpu" or x.dim() == 0 or x.size(-1) == 0 or torch.compiler.is_compiling():
         return 0
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+    bias_grad = bias is not None and bias.requires_grad
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias_grad):
         return 0
     if torch.is_autocast_enabled("cpu") or x.dtype != weight.dtype or not weight.is_contiguous():
         return 0

@@ -57,8 +57,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .dropout import draw_seed, keep_mask
 from ..attention.visibility import block_mask
+from .dropout import draw_seed, keep_mask
+
 
 def draw_dropout_seed(device) -> int:
     """One seed from torch's default generator for ``device`` (what :func:`streamed_rel_attention` draws)."""
