@@ -39,11 +39,9 @@ from transformer_xl.analysis.repeats import (
     paired_difference,
     row_distances,
 )
-from transformer_xl.cli.checkpoint_options import check_vocab, find_run_config, resolve_checkpoint
 from transformer_xl.evaluation.token_losses import segment_losses, sliding_losses, stream_rows
-from transformer_xl.model import TransformerXL
-from transformer_xl.training.loop import load_data
-from transformer_xl.training.run_config import load_run_config
+from transformer_xl.jobs import CorpusChoice, checkpoint_split
+from transformer_xl.pretrained import find_checkpoint
 
 LN2 = math.log(2)
 MULTIPLES = (0, 1, 2, 4, 8, 16, 32)
@@ -98,18 +96,17 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    dirs = {name: resolve_checkpoint(getattr(args, name)) for name in ("xl", "vanilla", "absmem")}
-    cfg = load_run_config(str(find_run_config(dirs["xl"])), [])
-    corpus = load_data(cfg)
-    for d in dirs.values():
-        check_vocab(d, corpus)
-    data = corpus.split(args.split)
-    models = {name: TransformerXL.from_pretrained(d) for name, d in dirs.items()}
+    found = {name: find_checkpoint(getattr(args, name)) for name in ("xl", "vanilla", "absmem")}
+    splits = {name: checkpoint_split(f, args.split, CorpusChoice()) for name, f in found.items()}  # each run's own
+    if any(not np.array_equal(s.ids, splits["xl"].ids) for s in splits.values()):
+        sys.exit("repeat_analysis.py: the three runs do not read the same corpus in the same vocabulary")
+    data, corpus_name = splits["xl"].ids, splits["xl"].dataset
+    models = {name: f.load_model("cpu") for name, f in found.items()}
     L = models["xl"].config.tgt_len
     clamp = args.clamp or 2 * L
     rows = stream_rows(data, args.batch_size).numpy()
     n_pred = min(args.max_tokens, rows.shape[1] - 1)
-    print(f"# {corpus.name} {args.split}: {args.batch_size} rows x {n_pred} predictions = "
+    print(f"# {corpus_name} {args.split}: {args.batch_size} rows x {n_pred} predictions = "
           f"{args.batch_size * n_pred:,} tokens; L = {L}, clamp = {clamp}", flush=True)
 
     cache = out / "losses.npz"
