@@ -63,7 +63,7 @@ try:  # lm-eval's own models first: its get_model fills an empty registry only
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
 except ModuleNotFoundError as missing:
-    if missing.name != "lm_eval":
+    if (missing.name or "").split(".")[0] != "lm_eval":  # lm-eval itself is missing, not one of its dependencies
         raise
     if __name__ == "__main__":  # python -m transformer_xl.lm_eval without the extra: one line, as txl lm-eval
         print(f"txl lm-eval: error: {missing_extra('lm-eval', 'lm-eval')}", file=sys.stderr)
