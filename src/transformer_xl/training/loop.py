@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -281,14 +281,8 @@ class Trainer:
                 while self.step < t.max_steps:
                     inp, tgt = next(batches)
                     loss = self.train_step(inp, tgt)
-                    # the ranks agree on the mean loss and on stopping, so they all leave the loop together
                     out_of_time = t.max_time is not None and time.perf_counter() - start >= t.max_time
-                    total, timeouts, interrupts = distributed.all_reduce_sum(
-                        self.dist, [loss, float(out_of_time), float(stops.requested)])
-                    loss, out_of_time, interrupted = total / self.dist.world_size, timeouts > 0, interrupts > 0
-                    if not math.isfinite(loss):
-                        raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise "
-                                          f"--warmup-steps")
+                    loss, out_of_time, interrupted = self._agree(loss, out_of_time, stops.requested)
                     losses.append(loss)
                     window_loss, window_steps = window_loss + loss, window_steps + 1
                     window_tokens += int((tgt != IGNORE_INDEX).sum()) * self.dist.world_size
@@ -321,6 +315,17 @@ class Trainer:
             self.directory.metrics.close()
         return TrainResult(self.run_dir, self.step, self.best_valid, self.last_valid, self.metric, losses, stopped_by,
                            self.dist.rank, saved_at, self.valid_scope())
+
+    def _agree(self, loss: float, out_of_time: bool, stop_requested: bool) -> Tuple[float, bool, bool]:
+        """The ranks agree on the mean loss and on stopping, so they all leave the loop together; a loss that is
+        not finite ends the run with one line."""
+        total, timeouts, interrupts = distributed.all_reduce_sum(
+            self.dist, [loss, float(out_of_time), float(stop_requested)])
+        loss = total / self.dist.world_size
+        if not math.isfinite(loss):
+            raise ConfigError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise "
+                              f"--warmup-steps")
+        return loss, timeouts > 0, interrupts > 0
 
     def _log_train(self, bar, loss: float, tokens_per_s: float, elapsed: float) -> None:
         record = {"step": self.step, "split": "train", "epoch": self.epoch, "loss": loss,
