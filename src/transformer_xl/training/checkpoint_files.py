@@ -40,6 +40,7 @@ from ..checkpoints.hub import (
     checkpoint_step,
     checkpoints_dir,
     is_model_dir,
+    latest_checkpoint,
     list_checkpoints,
 )
 from ..checkpoints.loading import load_safetensors
@@ -344,3 +345,10 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+__all__ = ["BEST_INFO", "TEMPORARY", "TRAINER_STATE", "TRAINING_ONLY", "best_info", "check_global_batch",
+           "checkpoint_step", "checkpoints_dir", "copy_as_best", "incomplete_checkpoints", "latest_checkpoint",
+           "list_checkpoints", "load_training_state", "mems_from_tensors", "mems_to_tensors", "optimizer_from_safe",
+           "optimizer_to_safe", "prune_checkpoints", "remove_half_pruned", "remove_temporaries", "repair_best",
+           "rng_state", "save_checkpoint", "save_model_tensors", "save_tensors", "set_rng_state"]
