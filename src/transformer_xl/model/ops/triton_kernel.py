@@ -407,8 +407,8 @@ class _RelAttention(torch.autograd.Function):
         q, k, v, r_k = (_last_dim_contiguous(t) for t in (q, k, v, r_k))
         r_w_bias, r_r_bias = _last_dim_contiguous(r_w_bias), _last_dim_contiguous(r_r_bias)
         has_kh = key_hidden is not None
-        none = torch.zeros(1, 1, dtype=torch.uint8, device=q.device)
-        kh = key_hidden.to(torch.uint8).contiguous() if has_kh else none
+        kh = (key_hidden.to(torch.uint8).contiguous() if has_kh
+              else torch.zeros(1, 1, dtype=torch.uint8, device=q.device))
         block, block_d, num_warps, prec = _launch_config(q, head_dim, block)
 
         out = torch.empty(bsz, n_head, qlen, head_dim, dtype=q.dtype, device=q.device)  # [B, H, L, D]
