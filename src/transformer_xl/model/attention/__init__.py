@@ -10,9 +10,9 @@ from .backends import (AttentionCall, AttentionChoice, Backend, KeyValueRows, at
 from .layers import (BACKENDS, AttentionBase, choose_backend, AbsoluteAttention, QKVAttention, ShawAttention,
                      RelativeAttention)
 from .relative import distances, rel_attn_score, rel_shift, sinusoid_table
-from .visibility import Visibility, block_mask, forbidden, hide, segment_visibility
+from .visibility import Visibility, block_mask, episode_ids, forbidden, hide, other_episode, segment_visibility
 
 __all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names", "register_attention",
            "BACKENDS", "AttentionBase", "choose_backend", "AbsoluteAttention", "QKVAttention", "ShawAttention",
-           "RelativeAttention", "Visibility", "block_mask", "distances", "forbidden", "hide",
+           "RelativeAttention", "Visibility", "block_mask", "episode_ids", "other_episode", "distances", "forbidden", "hide",
            "rel_attn_score", "rel_shift", "segment_visibility", "sinusoid_table"]
