@@ -27,7 +27,7 @@ from typing import List, Optional
 
 from ..version import __version__
 from ..errors import TXLError, one_line
-from . import convert, train, evaluate, plot, generate, score, context, bench, export, lm_eval  # noqa: F401,I001 (each registers its command, in this order)
+from . import convert, train, evaluate, plot, generate, score, context, bench, export, lm_eval, rl  # noqa: F401,I001 (each registers its command, in this order)
 from .options import COMMANDS, check_options
 
 

@@ -157,6 +157,8 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
                 init_weight(module.r_r_bias)
             elif isinstance(module, GRUGate):
                 module.reset_bias()
+        if cfg.d_input is not None:  # vectors in: keep their scale (as the embedding's sqrt(d) scale does for tokens)
+            nn.init.normal_(self.inp_proj.weight, 0.0, cfg.d_input ** -0.5)
         self.init_head()
         self.positions.init(self, init_weight)
         if cfg.d_input is None:  # the embedding is tied to the output layer; the paper's code initialises it last
