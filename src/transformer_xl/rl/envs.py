@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import importlib.util
 from typing import List
 
 import numpy as np
@@ -30,17 +29,19 @@ RL_EXTRA_HINT = 'txl rl needs gymnasium: pip install "transformer-xl[rl]"'
 
 def gymnasium():
     """The gymnasium module, or one MissingExtraError line naming the extra."""
-    if importlib.util.find_spec("gymnasium") is None:
-        raise MissingExtraError(RL_EXTRA_HINT)
-    return importlib.import_module("gymnasium")
+    try:
+        return importlib.import_module("gymnasium")
+    except ImportError:
+        raise MissingExtraError(RL_EXTRA_HINT) from None
 
 
 def register_env_family(env_id: str) -> None:
     """Import the package that registers ``env_id`` with gymnasium (``popgym-...`` ids need ``popgym``)."""
     if env_id.startswith("popgym-"):
-        if importlib.util.find_spec("popgym") is None:
-            raise MissingExtraError(f'{env_id} needs popgym: pip install "transformer-xl[rl]"')
-        importlib.import_module("popgym")
+        try:
+            importlib.import_module("popgym")
+        except ImportError:
+            raise MissingExtraError(f'{env_id} needs popgym: pip install "transformer-xl[rl]"') from None
 
 
 def check_env_id(env_id: str) -> None:
