@@ -25,6 +25,9 @@ def add_export(sub) -> None:
                    help="segment (default): a segment of any length with the memory states as input and output; "
                         "decode: one token per row with the projected keys and values as state (cached decoding, "
                         "attn_type 0)")
+    p.add_argument("--starts", action="store_true",
+                   help="the segment graph takes a fourth input, starts [B, T] bool: True where a document or "
+                        "episode begins (no token attends across it)")
     p.add_argument("--slots", type=int, help="--graph decode: positions of state (default mem_len + tgt_len)")
     p.add_argument("--mem-len", type=int, help="memory slots of the graph (default: the checkpoint's mem_len)")
     p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the checkpoint's)")
@@ -38,7 +41,7 @@ def run_export(args) -> int:
     ckpt = open_checkpoint(args.checkpoint, args.revision, require_tokenizer=False, mem_len=args.mem_len,
                            clamp_len=args.clamp_len, same_length=args.same_length)
     result = export_model(ckpt.model, out, vocab=None if ckpt.tokenizer is None else ckpt.tokenizer.vocab,
-                          graph=args.graph, slots=args.slots, name=str(args.checkpoint))
+                          graph=args.graph, slots=args.slots, name=str(args.checkpoint), starts=args.starts)
     cfg = ckpt.model.config
     segment = f"T 1..{result.max_segment}" if result.max_segment else "T >= 1"
     if args.graph == "decode":

@@ -326,7 +326,7 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
         mlen = 0 if mems is None else mems[0].size(1)
         device = emb.device
         key_hidden = _key_hidden(mems_mask, padding_mask, bsz, mlen, qlen, device)
-        episode = None if starts is None or not bool(starts.any()) else episode_ids(starts, mlen)  # [B, K]
+        episode = None if starts is None else episode_ids(starts, mlen)  # [B, K]
         vis = segment_visibility(qlen, mlen, device, self.same_length_window(mlen), key_hidden, episode)
 
         hids: List[Tensor] = []
