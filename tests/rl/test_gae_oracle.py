@@ -4,13 +4,13 @@ import pytest
 import torch
 
 pytest.importorskip("gymnasium", reason="txl rl needs the rl extra")
-functional = pytest.importorskip("torchrl.objectives.value.functional", reason="TorchRL is the oracle (dev extra)")
 
 from transformer_xl.rl.ppo import Batch, advantages  # noqa: E402
 
 
 @pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 1.0), (1.0, 0.0)])
 def test_advantages_equal_torchrl(gamma, lam):
+    functional = pytest.importorskip("torchrl.objectives.value.functional", reason="TorchRL is the oracle (dev extra)")
     steps, envs = 64, 8
     gen = torch.Generator().manual_seed(0)
     rewards, values = torch.randn(steps, envs, generator=gen), torch.randn(steps, envs, generator=gen)
