@@ -144,3 +144,35 @@ def test_missing_extra_is_one_line(tmp_path, capsys, monkeypatch):
     code = main(["rl", ENV_ID, "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ['txl rl: error: txl rl needs gymnasium: pip install "transformer-xl[rl]"']
+
+
+def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
+    """SIGINT during a run: the iteration finishes, a checkpoint is written, one line gives the command that
+    resumes it, exit 130; that command goes on from the checkpoint's step."""
+    import signal
+    import subprocess
+    import time
+
+    pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "transformer_xl", "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "1000000",
+            "--envs", "4", "--rollout", "32", "--window", "4", "--minibatches", "2", "--d-model", "16",
+            "--n-layer", "1", "--mem-len", "4", "--run-dir", str(run), "--no-progress"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert child.returncode == 130, err
+    assert lines[-1].startswith("interrupted by SIGINT at step ") and lines[-1].endswith(
+        f"checkpoint written; continue with: txl rl popgym-RepeatPreviousEasy-v0 --resume --run-dir {run}"), lines
+    assert not any("Traceback" in line for line in lines)
+    step = int(lines[-1].split("at step ")[1].split(":")[0])
+    assert 0 < step < 1_000_000 and (run / "checkpoints" / f"step_{step:08d}" / "COMPLETE").is_file()
+    resumed = subprocess.run(args[:6] + [str(step + 128)] + args[7:] + ["--resume", "--json"], capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 128
