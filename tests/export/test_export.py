@@ -315,3 +315,39 @@ def test_decoding_graph_is_refused_for_other_attention_types(tmp_path, capsys):
     with pytest.raises(Exception) as err:
         export_model(tiny_model(attn_type=2, tgt_len=4, mem_len=4), tmp_path / "m.onnx", graph="decode")
     assert "attn_type 0" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_starts_input_runs_to_eager_numbers(fmt, tmp_path):
+    """``--starts``: the segment graph with a fourth input; packed documents over 3 segments with the memory carried
+    give eager's log-probabilities, memory and mask (onnxruntime and torch.export), and a start differs from none."""
+    model = tiny_model(seed=21, n_token=50, tgt_len=5, mem_len=6, pre_lnorm=True)
+    randomize_(model, seed=21)
+    model.eval()
+    path = tmp_path / f"starts{fmt}"
+    result = export_model(model, path, starts=True)
+    assert "starts" in json.loads(result.description.read_text())["inputs"]
+    runner = Runner(path)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 50, (2, 15), generator=gen)
+    starts = torch.rand(2, 15, generator=gen) < 0.2
+    starts[0, 5] = True  # a start at a segment's first token: the memory is forgotten
+    g_mems, g_mask = fresh_memory(model, 2)
+    e_mems, e_mask = g_mems.clone(), g_mask.clone()
+    with torch.no_grad():
+        for t in range(0, 15, 5):
+            ids, st = x[:, t:t + 5], starts[:, t:t + 5]
+            if fmt == ".onnx":
+                feeds = {"input_ids": ids.numpy(), "mems": g_mems.numpy(), "mems_mask": g_mask.numpy(),
+                         "starts": st.numpy()}
+                log_probs, g_mems, g_mask = [torch.from_numpy(np.asarray(a)) for a in runner.run.run(None, feeds)]
+            else:
+                log_probs, g_mems, g_mask = runner.run(ids, g_mems, g_mask, st)
+            core, new, e_mask, _ = model.transformer(ids, list(e_mems.unbind(0)), e_mask, fixed_memory=True, starts=st)
+            e_mems = torch.stack(new)
+            want = model.crit.log_probs(core.reshape(-1, core.size(-1))).view(2, 5, -1)
+            torch.testing.assert_close(log_probs, want, rtol=TOL, atol=TOL)
+            torch.testing.assert_close(g_mems, e_mems, rtol=TOL, atol=TOL)
+            assert torch.equal(g_mask, e_mask)
+        none = model.transformer(x[:, 10:], list(e_mems.unbind(0)), torch.zeros_like(e_mask), fixed_memory=True)[0]
+        assert not torch.allclose(none, core, atol=1e-3)

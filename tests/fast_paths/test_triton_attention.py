@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from transformer_xl.model.attention import rel_attn_score, segment_visibility
+from transformer_xl.model.attention import episode_ids, rel_attn_score, segment_visibility
 from transformer_xl.model.ops import triton_kernel as ta
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -45,21 +45,29 @@ CASES = {
     "hidden+window": (2, 2, 20, 11, 16, 7, True),
     "hidden-no-memory": (2, 1, 36, 0, 16, 0, True),
 }
+# (B, H, L, M, D, window, hidden keys) with episodes: random starts in the window (the block-diagonal rule)
+EPISODE_CASES = {
+    "episodes": (2, 2, 20, 11, 16, 0, False),
+    "episodes+window": (2, 2, 36, 13, 16, 9, False),
+    "episodes+hidden": (2, 2, 20, 11, 16, 0, True),
+    "episodes-no-memory": (2, 1, 36, 0, 16, 0, False),
+}
 
 
-def _mask(qlen: int, mlen: int, window: int, key_hidden):
+def _mask(qlen: int, mlen: int, window: int, key_hidden, episode=None):
     """The model's own rule (:func:`segment_visibility`) for a same_length ``window`` (0 = none)."""
     return segment_visibility(qlen, mlen, key_hidden.device if key_hidden is not None else "cpu", window,
-                              key_hidden).mask
+                              key_hidden, episode).mask
 
 
-def _plain(q, k, v, r_k, u, vb, scale, window=0, key_hidden=None):
+def _plain(q, k, v, r_k, u, vb, scale, window=0, key_hidden=None, episode=None):
     """The unfused path: rel_attn_score, the model's mask, softmax, weighted sum. ``[B, H, L, D]``."""
     qlen, klen = q.size(2), k.size(2)
     score = rel_attn_score(q, k, r_k, u, vb, scale)  # [B, H, L, K]
     if score.dtype != torch.float64:
         score = score.float()  # softmax in float32, as AttentionBase.attend
-    mask = _mask(qlen, klen - qlen, window, None if key_hidden is None else key_hidden.cpu()).to(q.device)
+    mask = _mask(qlen, klen - qlen, window, None if key_hidden is None else key_hidden.cpu(),
+                 None if episode is None else episode.cpu()).to(q.device)
     mask = mask[:, None] if mask.dim() == 3 else mask  # [B|1, 1|L, L, K]
     prob = torch.softmax(score.masked_fill(mask, float("-inf")), dim=-1).to(v.dtype)
     return torch.matmul(prob, v)
@@ -99,19 +107,30 @@ def _max_errors(got, want):
 NAMES = ["out", "dq", "dk", "dv", "dr_k", "dr_w_bias", "dr_r_bias"]
 
 
-def _compare(case, dtype, block, tol, baseline_factor=None):
+def _episodes(bsz: int, qlen: int, mlen: int, seed: int = 0):
+    """``[B, M+L]`` episode numbers of random starts (about one step in six, and one at step 0 of row 0)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    starts = torch.rand(bsz, qlen, generator=gen) < 0.17
+    starts[0, 0] = True
+    return episode_ids(starts, mlen)
+
+
+def _compare(case, dtype, block, tol, baseline_factor=None, episodes=False):
     bsz, n_head, qlen, mlen, d_head, window, hidden = case
     xs, key_hidden, grad_out = _inputs(bsz, n_head, qlen, mlen, d_head, hidden)
     scale = d_head ** -0.5
     kh = None if key_hidden is None else key_hidden.to(DEVICE)
+    episode = _episodes(bsz, qlen, mlen) if episodes else None
+    ep = None if episode is None else episode.to(DEVICE)
     ref_out, ref_grads = _run(_plain, xs, grad_out, torch.float64, "cpu", scale=scale, window=window,
-                              key_hidden=key_hidden)
+                              key_hidden=key_hidden, episode=episode)
     out, grads = _run(ta.rel_attention, xs, grad_out, dtype, DEVICE, scale=scale, window=window,
-                      key_hidden=kh, block=block)
+                      key_hidden=kh, block=block, episode=ep)
     errors = _max_errors([out] + grads, [ref_out] + ref_grads)
     assert all(torch.isfinite(t).all() for t in [out] + grads)
     if baseline_factor is not None:  # low precision: no worse than the plain path in the same dtype
-        base_out, base_grads = _run(_plain, xs, grad_out, dtype, DEVICE, scale=scale, window=window, key_hidden=kh)
+        base_out, base_grads = _run(_plain, xs, grad_out, dtype, DEVICE, scale=scale, window=window, key_hidden=kh,
+                                    episode=ep)
         base = _max_errors([base_out] + base_grads, [ref_out] + ref_grads)
         limits = [max(tol, baseline_factor * b) for b in base]
     else:
@@ -139,6 +158,20 @@ def _blocks():
 @pytest.mark.parametrize("name", list(CASES))
 def test_float32_matches_plain_math(name, block, ieee_float32):
     _compare(CASES[name], torch.float32, block, tol=1e-4)
+
+
+@needs_kernels
+@pytest.mark.parametrize("block", _blocks())
+@pytest.mark.parametrize("name", list(EPISODE_CASES))
+def test_episodes_match_plain_math(name, block, ieee_float32):
+    """Packed episodes (``episode [B, K]``): the block-diagonal rule in-kernel, forward and every gradient."""
+    _compare(EPISODE_CASES[name], torch.float32, block, tol=1e-4, episodes=True)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(EPISODE_CASES))
+def test_episodes_bfloat16(name):
+    _compare(EPISODE_CASES[name], torch.bfloat16, None, tol=5e-2, baseline_factor=2.0, episodes=True)
 
 
 @needs_kernels
@@ -241,7 +274,7 @@ def test_attention_dropout_is_refused():
         ta.rel_attention(*_small(), 0.25, dropatt=0.1)
 
 
-@pytest.mark.parametrize("bad", ["r_k", "bias", "dtype", "window", "key_hidden", "block"])
+@pytest.mark.parametrize("bad", ["r_k", "bias", "dtype", "window", "key_hidden", "block", "episode"])
 def test_bad_arguments_are_refused(bad):
     q, k, v, r_k, u, vb = _small()
     kwargs = {}
@@ -255,6 +288,8 @@ def test_bad_arguments_are_refused(bad):
         kwargs["window"] = -1
     elif bad == "key_hidden":
         kwargs["key_hidden"] = torch.zeros(1, 6, dtype=torch.bool)  # K is 7
+    elif bad == "episode":
+        kwargs["episode"] = torch.zeros(1, 7)  # float, not episode numbers
     else:
         kwargs["block"] = 24
     with pytest.raises(ValueError):

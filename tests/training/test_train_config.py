@@ -134,6 +134,9 @@ def test_attention_is_one_option_and_its_removed_spellings_name_it(tmp_path):
             load_run_config("default", where)
     with pytest.raises(ConfigError, match="train.attn_chunk: removed; use train.attention streamed:N"):
         load_run_config(str(tmp_path / "old.yaml"))
+    # a run.yaml written by an earlier version holds the removed fields at their defaults: it still loads
+    (tmp_path / "written.yaml").write_text("train:\n  attn_chunk: 0\n  fused_attention: false\n")
+    assert load_run_config(str(tmp_path / "written.yaml")).train.attention_choice() == ("plain", 0)
     for bad in (["--attention", "nosuch"], ["--attention", "streamed:x"], ["--attention", "plain:3"],
                 ["--attention", "triton", "--attn-chunk", "8"]):
         with pytest.raises(ConfigError) as err:

@@ -20,6 +20,9 @@ def add(sub) -> None:
                    help="segment (default): a segment of any length with the memory states as input and output; "
                         "decode: one token per row with the projected keys and values as state (cached decoding, "
                         "attn_type 0)")
+    p.add_argument("--starts", action="store_true",
+                   help="the segment graph takes a fourth input, starts [B, T] bool: True where a document or "
+                        "episode begins (no token attends across it)")
     p.add_argument("--slots", type=int, help="--graph decode: positions of state (default mem_len + tgt_len)")
     p.add_argument("--mem-len", type=int, help="memory slots of the graph (default: the checkpoint's mem_len)")
     p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the checkpoint's)")
@@ -30,7 +33,7 @@ def add(sub) -> None:
 
 def run_export(args) -> int:
     settings = ExportSettings(graph=args.graph, slots=args.slots, mem_len=args.mem_len, clamp_len=args.clamp_len,
-                              same_length=args.same_length, revision=args.revision)
+                              same_length=args.same_length, revision=args.revision, starts=args.starts)
     done = export_graph(args.checkpoint, args.out, settings)
     result = done.result
     segment = f"T 1..{result.max_segment}" if result.max_segment else "T >= 1"

@@ -38,6 +38,7 @@ from . import (
     generate_command,
     lm_eval_command,
     plot_command,
+    rl_command,
     score_command,
     train_command,
 )
@@ -45,12 +46,12 @@ from .options import check_options
 
 #: The sub-commands, in the order ``txl --help`` lists them; each module's ``add(sub)`` adds its parser.
 COMMANDS = (convert_command, train_command, eval_command, plot_command, generate_command, score_command,
-            context_command, bench_command, export_command, lm_eval_command)
+            context_command, bench_command, export_command, lm_eval_command, rl_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL language models: train, evaluate, "
-                                                             "generate and convert.")
+    parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL: train, evaluate, generate, convert "
+                                                             "and export language models; train agents that remember.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -83,7 +83,7 @@ class SlotCache:
         self.keys, self.values, self.r_k, self.vis = keys, values, r_k, vis
         self.new_keys, self.new_values = [], []
 
-    def begin(self, input_ids: Tensor, padding_mask=None) -> Visibility:
+    def begin(self, shape, padding_mask=None, starts=None) -> Visibility:
         return self.vis
 
     def layer(self, i: int) -> "SlotCache._Layer":

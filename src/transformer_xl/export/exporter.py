@@ -74,7 +74,7 @@ def _prepared(model: TransformerXL) -> TransformerXL:
     return model
 
 
-def _graph(model: TransformerXL, kind: str, slots: Optional[int]):
+def _graph(model: TransformerXL, kind: str, slots: Optional[int], starts: bool = False):
     """The module to export, example inputs for tracing (batch 2) and the dynamic dimensions."""
     model = _prepared(model)
     batch = Dim("batch", min=1)
@@ -91,7 +91,15 @@ def _graph(model: TransformerXL, kind: str, slots: Optional[int]):
     example = (torch.zeros(2, seq, dtype=torch.long), mems, mask)
     seq_dim = Dim("seq", min=1, max=max_segment(model)) if max_segment(model) else Dim("seq", min=1)
     dims = {"input_ids": {0: batch, 1: seq_dim}, "mems": {1: batch}, "mems_mask": {0: batch}}
+    if starts:
+        example += (torch.zeros(2, seq, dtype=torch.bool),)
+        dims["starts"] = {0: batch, 1: seq_dim}
     return SegmentGraph(model), example, dims
+
+
+def _names(kind: str, starts: bool):
+    inputs, outputs = NAMES[kind]
+    return (inputs + ("starts",) if starts else inputs), outputs
 
 
 def _model_line(model: TransformerXL) -> str:
@@ -123,22 +131,23 @@ def _exporter_errors(exporter: str, model: TransformerXL, kind: str, name: Optio
 
 
 def export_program(model: TransformerXL, kind: str = "segment", slots: Optional[int] = None,
-                   name: Optional[str] = None):
+                   name: Optional[str] = None, starts: bool = False):
     """The ``torch.export`` program of the segment or decoding graph, with dynamic batch (and segment length).
     What the exporter cannot trace is one :class:`ConfigError` line naming ``name`` (the model) and the graph."""
-    graph, example, dims = _graph(model, kind, slots)
+    graph, example, dims = _graph(model, kind, slots, starts)
     with _exporter_errors("torch.export.export", model, kind, name), _quiet(), torch.no_grad():
         return torch.export.export(graph, example, dynamic_shapes=dims)
 
 
-def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int], name: Optional[str]) -> None:
+def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int], name: Optional[str],
+                starts: bool = False) -> None:
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError:
         raise ConfigError(EXPORT_EXTRA_HINT) from None
-    graph, example, dims = _graph(model, kind, slots)
-    inputs, outputs = NAMES[kind]
+    graph, example, dims = _graph(model, kind, slots, starts)
+    inputs, outputs = _names(kind, starts)
     with warnings.catch_warnings(), _quiet(), torch.no_grad():
         warnings.simplefilter("ignore")
         with _exporter_errors("torch.onnx.export", model, kind, name):
@@ -147,8 +156,9 @@ def _write_onnx(model: TransformerXL, path: Path, kind: str, slots: Optional[int
         atomic_write(path, lambda tmp: program.save(str(tmp)), suffix=".onnx")
 
 
-def _write_pt2(model: TransformerXL, path: Path, kind: str, slots: Optional[int], name: Optional[str]) -> None:
-    program = export_program(model, kind, slots, name)
+def _write_pt2(model: TransformerXL, path: Path, kind: str, slots: Optional[int], name: Optional[str],
+               starts: bool = False) -> None:
+    program = export_program(model, kind, slots, name, starts)
     atomic_write(path, lambda tmp: torch.export.save(program, str(tmp)), suffix=".pt2")
 
 
@@ -165,7 +175,7 @@ def _quiet():
 
 
 def describe(model: TransformerXL, graph_path: Path, vocabulary: Optional[Path], kind: str = "segment",
-             slots: Optional[int] = None) -> dict:
+             slots: Optional[int] = None, starts: bool = False) -> dict:
     """The contents of ``OUT.json``."""
     cfg = model.config
     n, m, d = cfg.n_layer, model.mem_len, cfg.d_model
@@ -178,7 +188,9 @@ def describe(model: TransformerXL, graph_path: Path, vocabulary: Optional[Path],
     return {**common, "max_segment": max_segment(model),
             "inputs": {"input_ids": {"shape": ["B", "T"], "dtype": "int64"},
                        "mems": {"shape": [n, "B", m, d], "dtype": "float32"},
-                       "mems_mask": {"shape": ["B", m], "dtype": "bool", "true_means": "hidden slot"}},
+                       "mems_mask": {"shape": ["B", m], "dtype": "bool", "true_means": "hidden slot"},
+                       **({"starts": {"shape": ["B", "T"], "dtype": "bool",
+                                      "true_means": "a document or episode begins at this token"}} if starts else {})},
             "outputs": {"log_probs": {"shape": ["B", "T", cfg.n_token], "dtype": "float32"},
                         "new_mems": {"shape": [n, "B", m, d], "dtype": "float32"},
                         "new_mems_mask": {"shape": ["B", m], "dtype": "bool"}},
@@ -218,15 +230,21 @@ def _describe_decode(model: TransformerXL, slots: int) -> dict:
 
 
 def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
-                 slots: Optional[int] = None, name: Optional[str] = None) -> ExportResult:
+                 slots: Optional[int] = None, name: Optional[str] = None, starts: bool = False) -> ExportResult:
     """Write ``model``'s segment graph (or, ``graph="decode"``, its cached decoding graph with ``slots`` positions
     of state; default ``mem_len + tgt_len``) to ``out`` (``.onnx`` or ``.pt2``), ``OUT.json`` and, with ``vocab``
     (a vocabulary of :mod:`transformer_xl.data`), ``OUT.vocab.json``. Returns what was written. ``name`` (the
-    checkpoint, say) names the model in the one-line ConfigError of an export that cannot be done."""
+    checkpoint, say) names the model in the one-line ConfigError of an export that cannot be done. ``starts``: the
+    segment graph takes ``starts [B, T]`` as a fourth input (document or episode boundaries)."""
     out = Path(out)
     fmt = graph_format(out)
     if graph not in GRAPHS:
         raise ConfigError(f"graph: must be one of {', '.join(GRAPHS)}, got {graph!r}")
+    if starts and graph != "segment":
+        raise ConfigError("--starts: only the segment graph takes starts (--graph segment)")
+    if starts and model.config.mem_init == "zeros":
+        raise ConfigError(f"{name or 'the model'}: --starts needs a model whose fresh start has no memory "
+                          f"(mem_init 'empty'); this one attends to zero states (mem_init 'zeros')")
     if graph == "decode":
         if model.config.attn_type != 0:
             raise ConfigError(f"{name or 'the model'}: --graph decode: cached decoding needs attn_type 0 (this "
@@ -238,13 +256,13 @@ def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
         raise ConfigError(f"{out}: the folder {out.parent} does not exist")
     if not out.parent.is_dir():
         raise ConfigError(f"{out}: {out.parent} is a file, not a folder")
-    (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots, name)
+    (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots, name, starts)
     vocabulary = None
     if vocab is not None:
         vocabulary = out.with_name(out.name + ".vocab.json")
         vocab.save(vocabulary)
     description = out.with_name(out.name + ".json")
-    atomic_write_text(description, json.dumps(describe(model, out, vocabulary, graph, slots), indent=2) + "\n")
+    atomic_write_text(description, json.dumps(describe(model, out, vocabulary, graph, slots, starts), indent=2) + "\n")
     return ExportResult(out, description, vocabulary, max_segment(model) if graph == "segment" else 1)
 
 

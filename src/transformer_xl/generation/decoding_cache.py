@@ -17,8 +17,9 @@ Segments are either
 
 With ``config.mem_init == "zeros"`` a fresh row's memory is ``mem_len`` zero states (token indices
 ``-mem_len .. -1``), whose projected keys and values are cached like any other. Each row keeps its own
-segment phase, so rows of a left-padded batch give exactly what they would give alone. Keys no future
-query can see are dropped.
+segment phase, so rows of a left-padded batch give exactly what they would give alone. ``starts`` (True where an
+episode or document begins in a row) hides every earlier key from that step on, per row, as the model's forward
+does. Keys no future query can see are dropped.
 
 Layout: keys/values ``[B, H, T, D]``, views of preallocated buffers (:class:`KVBuffer`), so a step
 appends in place instead of re-concatenating the whole cache; ``index [B, T]`` holds each cached key's
@@ -102,6 +103,7 @@ class DecodingCache:
         self.count = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # real tokens per row
         # sliding: token indices >= prompt_end are segments of their own (PAD until end_prompt)
         self.prompt_end = torch.full_like(self.count, PAD) if decoding == "sliding" else None
+        self.episode_first = torch.full_like(self.count, PAD)  # token index of each row's current episode start
         self._r_k: List[Optional[Tensor]] = [None] * len(model.layers)
         self._r_len = 0
         self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
@@ -145,15 +147,24 @@ class DecodingCache:
         end = self.prompt_end[:, None]  # [B, 1]
         return torch.where((end == PAD) | (q < end), torch.zeros_like(q), q)
 
-    def _forbidden(self, q_index: Tensor, k_index: Tensor) -> Tensor:
+    def _episode_first(self, q_index: Tensor, starts: Optional[Tensor]) -> Tensor:
+        """Token index of the first step of each query's episode: ``[B, n]`` (PAD: no start seen)."""
+        if starts is None:
+            return self.episode_first[:, None].expand_as(q_index)
+        began = torch.where(starts & (q_index != PAD), q_index, torch.full_like(q_index, PAD))  # [B, n]
+        return torch.maximum(began.cummax(dim=1).values, self.episode_first[:, None])
+
+    def _forbidden(self, q_index: Tensor, k_index: Tensor, episode_first: Tensor) -> Tensor:
         """``[B, n, T]`` bool: True where query (token index ``q_index [B, n]``) may not see key ``k_index [B, T]``.
 
         The rule of :mod:`transformer_xl.model.attention.visibility`, with each query's segment memory as the
-        oldest key it sees, and padding as hidden keys (a padding query sees itself only: a finite, ignored output).
+        oldest key it sees (and no key before its episode's first step, ``episode_first [B, n]``), and padding as
+        hidden keys (a padding query sees itself only: a finite, ignored output).
         """
         start = self._segment_start(q_index)[:, :, None]  # [B, n, 1]
         first = start - self.mem_len  # [B, n, 1]
         window = self.model.same_length_window(start - first.clamp(min=self.oldest))  # memory present: [B, n, 1]
+        first = torch.maximum(first, episode_first[:, :, None])
         mask = forbidden(q_index[:, :, None], k_index[:, None, :], window, first)  # [B, n, T]
         n, klen = q_index.size(1), k_index.size(1)
         keys = torch.arange(klen, device=q_index.device)
@@ -163,7 +174,8 @@ class DecodingCache:
     def _trim(self) -> None:
         """Drop leading keys that no future query of any row can see."""
         next_start = self._segment_start(self.count[:, None])[:, 0] - self.mem_len  # [B]
-        needed = (self.index != PAD) & (self.index >= next_start[:, None])  # [B, T]
+        oldest = torch.maximum(next_start, self.episode_first)  # [B]: nothing before an episode is seen again
+        needed = (self.index != PAD) & (self.index >= oldest[:, None])  # [B, T]
         if self.model.same_length:  # the widest window: a segment's memory holds at most mem_len states
             needed &= self.index > (self.count[:, None] - self.model.same_length_window(self.mem_len))
         keep_from = int(needed.any(0).nonzero()[0]) if needed.any() else self.index.size(1)
@@ -173,17 +185,21 @@ class DecodingCache:
                 buf.drop_front(keep_from)
 
     # ------------------------------------------------------------------ the cache protocol of the model's forward
-    def begin(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None) -> Visibility:
-        """Start a forward over ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding): the keys each
-        new token may see, as a :class:`Visibility` with mask ``[B, n, T+n]`` over the cached and new keys."""
-        bsz, n = input_ids.shape
-        pad = padding_mask if padding_mask is not None else torch.zeros_like(input_ids, dtype=torch.bool)
+    def begin(self, shape, padding_mask: Optional[Tensor] = None, starts: Optional[Tensor] = None) -> Visibility:
+        """Start a forward over ``shape = (B, n)`` new steps (True in ``padding_mask [B, n]`` = padding, in
+        ``starts [B, n]`` = an episode begins): the keys each new step may see, as a :class:`Visibility` with mask
+        ``[B, n, T+n]`` over the cached and new keys."""
+        bsz, n = shape
+        if bsz != self.batch_size:
+            raise ValueError(f"cache: holds {self.batch_size} rows, got a batch of {bsz}")
+        pad = padding_mask if padding_mask is not None else torch.zeros(bsz, n, dtype=torch.bool, device=self.device)
         real = (~pad).long()
-        q_index = torch.where(pad, torch.full_like(input_ids, PAD), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
+        q_index = torch.where(pad, torch.full_like(real, PAD), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
         k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
         self._ensure_positions(k_index.size(1) + 1)
-        self._pending = (k_index, real.sum(1))
-        mask = self._forbidden(q_index, k_index)  # [B, n, T+n]
+        episode_first = self._episode_first(q_index, starts)  # [B, n]
+        self._pending = (k_index, real.sum(1), episode_first[:, -1])
+        mask = self._forbidden(q_index, k_index, episode_first)  # [B, n, T+n]
         return Visibility(n, k_index.size(1) - n, mask, 0, kernel_rule=False)
 
     def layer(self, i: int) -> "LayerCache":
@@ -192,15 +208,16 @@ class DecodingCache:
 
     def end(self) -> None:
         """Finish the forward begun by :meth:`begin`: count the new tokens and drop keys no one will see."""
-        self.index, added = self._pending
+        self.index, added, self.episode_first = self._pending
         self.count = self.count + added
         self._trim()
 
     @torch.no_grad()
-    def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None) -> Tensor:
+    def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None,
+               starts: Optional[Tensor] = None) -> Tensor:
         """Feed ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding) through the model with this cache;
         returns the last layer's states ``[B, n, d_model]``."""
-        return self.model(input_ids, padding_mask=padding_mask, cache=self).hidden_states
+        return self.model.cached_transformer(input_ids, self, padding_mask, starts=starts)
 
     def __len__(self) -> int:
         """Number of cached key positions (memory plus current segment, padding included)."""

@@ -31,6 +31,7 @@ class ExportSettings:
     clamp_len: Optional[int] = None
     same_length: Optional[bool] = None
     revision: Optional[str] = None
+    starts: bool = False  # the segment graph takes starts [B, T] (document or episode boundaries)
 
 
 @dataclass
@@ -59,7 +60,8 @@ def export_graph(name, out, settings: Optional[ExportSettings] = None) -> GraphE
     ckpt = open_checkpoint(name, s.revision, require_tokenizer=False, mem_len=s.mem_len, clamp_len=s.clamp_len,
                            same_length=s.same_length)
     vocab = None if ckpt.tokenizer is None else ckpt.tokenizer.vocab
-    result = export_model(ckpt.model, out, vocab=vocab, graph=s.graph, slots=s.slots, name=str(name))
+    result = export_model(ckpt.model, out, vocab=vocab, graph=s.graph, slots=s.slots, name=str(name),
+                          starts=s.starts)
     cfg = ckpt.model.config
     return GraphExport(result, s.graph, ckpt.model.mem_len, cfg.n_layer, cfg.n_token)
 

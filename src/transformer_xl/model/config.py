@@ -24,6 +24,7 @@ ATTN_TYPES = {
 
 DECODINGS = ("segment", "sliding")
 MEM_INITS = ("empty", "zeros")
+GATINGS = ("none", "gru")
 
 
 @dataclass
@@ -51,6 +52,13 @@ class TransformerXLConfig:
     memory fills it (a query of the first segment sees only itself). Memory hidden by ``mems_mask`` counts
     as present (with ``mem_init="zeros"``, as converted models have it, :func:`reset_mems` hides nothing).
     See :meth:`TransformerXL.same_length_window`.
+
+    ``d_input`` makes the model a backbone for vectors (:class:`~transformer_xl.model.TransformerXLBackbone`):
+    inputs ``[B, T, d_input]`` pass through a linear projection to ``d_model`` instead of the adaptive embedding
+    (``n_token``, ``cutoffs``, ``div_val`` are then unused). ``gating="gru"`` is the Gated Transformer-XL
+    (GTrXL, Parisotto et al. 2020): the identity-map reordering (``pre_lnorm=True``, a ReLU on each sub-layer's
+    output) and a GRU-type gate in place of each residual connection, whose update-gate bias starts at
+    ``gate_bias`` (the paper's ``b_g = 2``: each layer starts close to the identity).
     """
 
     n_token: int = 256
@@ -82,6 +90,9 @@ class TransformerXLConfig:
     decoding: str = "segment"
     mem_init: str = "empty"
     same_length_extra: int = 0
+    d_input: Optional[int] = None
+    gating: str = "none"
+    gate_bias: float = 2.0
 
     def __post_init__(self) -> None:
         if self.d_embed is None:
@@ -137,6 +148,14 @@ class TransformerXLConfig:
                               f"got {self.same_length_extra!r}")
         if self.mem_init not in MEM_INITS:
             raise ConfigError(f"mem_init: must be one of {', '.join(MEM_INITS)}, got {self.mem_init!r}")
+        if self.d_input is not None:
+            _positive_int(self, "d_input")
+        if self.gating not in GATINGS:
+            raise ConfigError(f"gating: must be one of {', '.join(GATINGS)}, got {self.gating!r}")
+        if self.gating == "gru" and not self.pre_lnorm:
+            raise ConfigError("gating: 'gru' (GTrXL) uses the identity-map reordering; set pre_lnorm=True")
+        if isinstance(self.gate_bias, bool) or not isinstance(self.gate_bias, (int, float)):
+            raise ConfigError(f"gate_bias: must be a number, got {self.gate_bias!r}")
         if self.same_length and self.mem_len == 0:
             raise ConfigError("same_length: needs mem_len > 0 (every query attends to exactly mem_len keys)")
 

@@ -52,29 +52,37 @@ def update_mems(hids: Sequence[Tensor], mems: Optional[Sequence[Tensor]], mem_le
 
 
 @torch.no_grad()
-def shift_mems(hids: Sequence[Tensor], mems: Sequence[Tensor], mems_mask: Tensor, padding_mask: Optional[Tensor],
-               ) -> Tuple[Mems, Tensor]:
+def shift_mems(hids: Sequence[Tensor], mems: Sequence[Tensor], hidden: Optional[Tensor]) -> Tuple[Mems, Tensor]:
     """A memory of fixed length ``M`` (that of ``mems``): the last ``M`` of ``[mems, hids]`` in every layer and the
-    last ``M`` of ``[mems_mask, padding_mask]``, with no branch on the segment length (what an exported graph
-    runs; slots that never held a state stay hidden). ``hids[i] [B, L, d]``, ``mems[i] [B, M, d]``,
-    ``mems_mask [B, M]`` -> ``(n_layer x [B, M, d], [B, M])``."""
+    last ``M`` of the hidden-key mask ``hidden [B, M+L]`` (:func:`next_hidden`), with no branch on the segment length
+    (what an exported graph runs; slots that never held a state stay hidden). ``hids[i] [B, L, d]``,
+    ``mems[i] [B, M, d]`` -> ``(n_layer x [B, M, d], [B, M])``."""
     start = hids[0].size(1)  # of the last M rows of [M + L]: a non-negative index, right also for M = 0
     new = [torch.cat([mem.to(h.dtype), h], dim=1)[:, start:] for mem, h in zip(mems, hids)]
-    pad = padding_mask if padding_mask is not None else torch.zeros(hids[0].shape[:2], dtype=torch.bool,
-                                                                    device=hids[0].device)
-    return new, torch.cat([mems_mask, pad], dim=1)[:, start:]
+    if hidden is None:
+        hidden = torch.zeros(hids[0].size(0), mems[0].size(1) + start, dtype=torch.bool, device=hids[0].device)
+    return new, hidden[:, start:]
 
 
-def update_mems_mask(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor], batch: int, mlen: int,
-                     qlen: int, mem_len: int, ext_len: int, device) -> Optional[Tensor]:
-    """The hidden-position mask ``[B, M']`` that goes with :func:`update_mems`'s result, or None
-    when nothing is hidden."""
-    if mems_mask is None and padding_mask is None:
+def next_hidden(key_hidden: Optional[Tensor], episode: Optional[Tensor]) -> Optional[Tensor]:
+    """Which of the ``M + L`` states stay hidden in the next memory: ``[B, M+L]`` bool, or None when none is.
+
+    Hidden keys (``key_hidden``: hidden memory and padding) stay hidden, and so does every state of an episode that
+    ended in this window (``episode [B, M+L]`` numbers below the row's last): no later step may see them.
+    """
+    if episode is None:
+        return key_hidden
+    ended = episode < episode[:, -1:]  # [B, M+L]
+    return ended if key_hidden is None else key_hidden | ended
+
+
+def update_mems_mask(hidden: Optional[Tensor], mlen: int, qlen: int, mem_len: int, ext_len: int) -> Optional[Tensor]:
+    """The hidden-slot mask ``[B, M']`` that goes with :func:`update_mems`'s result (``hidden [B, M+L]`` from
+    :func:`next_hidden`), or None when nothing is hidden."""
+    if hidden is None:
         return None
-    old = mems_mask if mems_mask is not None else torch.zeros(batch, mlen, dtype=torch.bool, device=device)
-    cur = padding_mask if padding_mask is not None else torch.zeros(batch, qlen, dtype=torch.bool, device=device)
     beg, end = cache_window(mlen, qlen, mem_len, ext_len)
-    return torch.cat([old, cur], dim=1)[:, beg:end]
+    return hidden[:, beg:end]
 
 
 def reset_mems(mems: Sequence[Tensor], mems_mask: Optional[Tensor], rows,

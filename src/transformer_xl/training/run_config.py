@@ -296,6 +296,8 @@ def run_config_from_dict(values: dict) -> RunConfig:
         if not isinstance(fields_, dict):
             raise ConfigError(f"{name}: expected a mapping of fields")
         known = {f.name for f in dataclasses.fields(cls)}
+        if name == "train":  # run.yaml files of earlier versions hold the removed fields at their defaults
+            fields_ = {k: v for k, v in fields_.items() if not (k in REMOVED_SPELLINGS and not v)}
         bad = sorted(set(fields_) - known)
         removed = [b for b in bad if name == "train" and b in REMOVED_SPELLINGS]
         if removed:

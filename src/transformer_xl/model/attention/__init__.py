@@ -18,10 +18,11 @@ from .backends import (
 )
 from .layers import AbsoluteAttention, AttentionBase, QKVAttention, RelativeAttention, ShawAttention
 from .relative import distances, rel_attn_score, rel_shift, sinusoid_table
-from .visibility import Visibility, block_mask, forbidden, hide, segment_visibility
+from .visibility import Visibility, block_mask, episode_ids, forbidden, hide, other_episode, segment_visibility
 
 __all__ = ["AttentionCall", "AttentionChoice", "Backend", "KeyValueRows", "attention_backend", "backend_names",
            "register_attention",
            "AttentionBase", "AbsoluteAttention", "QKVAttention", "ShawAttention",
-           "RelativeAttention", "Visibility", "block_mask", "distances", "forbidden", "hide",
+           "RelativeAttention", "Visibility", "block_mask", "episode_ids", "other_episode", "distances", "forbidden",
+           "hide",
            "rel_attn_score", "rel_shift", "segment_visibility", "sinusoid_table"]

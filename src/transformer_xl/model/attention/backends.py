@@ -196,13 +196,14 @@ def streamed_attention(call: AttentionCall) -> Tensor:
 
 
 def triton_attention(call: AttentionCall) -> Tensor:
-    """The fused kernel where it can run (CUDA, no attention dropout, a segment's rule of window and hidden
-    keys); elsewhere streamed with ``chunk > 0``, else plain."""
+    """The fused kernel where it can run (CUDA, no attention dropout, a segment's rule of window, episodes and
+    hidden keys); elsewhere streamed with ``chunk > 0``, else plain."""
     if not (triton_kernel.is_available(call.q) and not call.dropout_active and call.vis.kernel_rule):
         return streamed_attention(call)
     k, v = call.keys_values()
     return triton_kernel.rel_attention(call.q, k, v, call.r_k, call.u, call.v_bias, call.scale,
-                                       window=call.vis.window, key_hidden=call.vis.key_hidden)
+                                       window=call.vis.window, key_hidden=call.vis.key_hidden,
+                                       episode=call.vis.episode)
 
 
 register_attention("plain", plain_attention)

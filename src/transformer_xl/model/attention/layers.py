@@ -24,6 +24,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from ..gating import GRUGate, residual
 from ..ops.dropout import Dropout
 from ..ops.linear import Linear, linear
 from .backends import AttentionCall, KeyValueRows, attention_backend, masked_softmax_attend
@@ -32,7 +33,8 @@ from .visibility import Visibility
 
 
 class AttentionBase(nn.Module):
-    """Shared parts: dropout, output projection, residual and layer norm (post- or pre-LN)."""
+    """Shared parts: dropout, output projection, residual and layer norm (post- or pre-LN), or with GTrXL's
+    ``gate`` (set by the layer, :mod:`~transformer_xl.model.gating`) a gate in place of the residual."""
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float,
                  pre_lnorm: bool, layer_norm_epsilon: float = 1e-5):
@@ -44,6 +46,7 @@ class AttentionBase(nn.Module):
         self.dropatt = Dropout(dropatt)
         self.o_net = Linear(n_head * d_head, d_model, bias=False)
         self.layer_norm = nn.LayerNorm(d_model, eps=layer_norm_epsilon)
+        self.gate: Optional[GRUGate] = None
 
     def heads(self, x: Tensor) -> Tensor:
         """``[B, T, H*D] -> [B, H, T, D]``."""
@@ -55,9 +58,9 @@ class AttentionBase(nn.Module):
         return merge_heads(masked_softmax_attend(score, v, vis, self.dropatt))
 
     def output(self, h: Tensor, attn_vec: Tensor) -> Tensor:
-        """Output projection, dropout, residual and (post-LN) layer norm: ``[B, L, H*D] -> [B, L, d]``."""
+        """Output projection, dropout, residual (or gate) and (post-LN) layer norm: ``[B, L, H*D] -> [B, L, d]``."""
         out = self.drop(self.o_net(attn_vec))  # [B, L, d_model]
-        return h + out if self.pre_lnorm else self.layer_norm(h + out)
+        return residual(h, out, self.gate) if self.pre_lnorm else self.layer_norm(h + out)
 
 
 def merge_heads(x: Tensor) -> Tensor:

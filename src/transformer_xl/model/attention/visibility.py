@@ -8,6 +8,8 @@ position ``q`` may not see a key at position ``k`` when
 * ``q - k >= window`` with ``window > 0`` (``same_length``): every query sees the same number of keys
   (the window is the model's :meth:`~transformer_xl.model.TransformerXL.same_length_window`);
 * ``k < first`` (decoding): keys older than the query's segment memory;
+* the key belongs to another episode (``starts``: an episode or document begins at a step, and no query
+  sees a key before the start of its own episode, in the window or in memory);
 * the key is hidden (padding, or memory forgotten at a document boundary), unless it is the query itself:
   every query keeps one key, so a padded query's output stays finite (and is ignored).
 
@@ -62,22 +64,39 @@ class Visibility:
     window: int = 0
     key_hidden: Optional[Tensor] = None
     kernel_rule: bool = True
+    episode: Optional[Tensor] = None  # [B, K] int32 episode number of each key (episode_ids), or None
 
     @property
     def klen(self) -> int:
         return self.mlen + self.qlen
 
 
-def segment_visibility(qlen: int, mlen: int, device, window: int = 0,
-                       key_hidden: Optional[Tensor] = None) -> Visibility:
-    """The rule for a segment of ``qlen`` tokens after ``mlen`` memory states (``window`` 0 = no same_length)."""
+def episode_ids(starts: Tensor, mlen: int) -> Tensor:
+    """The episode number of every key: ``starts [B, L]`` (True where an episode begins) -> ``[B, M+L]`` int32,
+    0 for the memory, then the number of starts up to and including each step. A query sees only keys of its
+    own number: the block-diagonal rule of packed episodes."""
+    window = starts.to(torch.int32).cumsum(dim=1, dtype=torch.int32)  # [B, L]
+    return torch.cat([window.new_zeros(starts.size(0), mlen), window], dim=1)  # [B, M+L]
+
+
+def other_episode(episode: Tensor, mlen: int) -> Tensor:
+    """``[B, L, K]`` bool, True where query ``i`` and key ``j`` belong to different episodes."""
+    return episode[:, None, :] != episode[:, mlen:, None]
+
+
+def segment_visibility(qlen: int, mlen: int, device, window: int = 0, key_hidden: Optional[Tensor] = None,
+                       episode: Optional[Tensor] = None) -> Visibility:
+    """The rule for a segment of ``qlen`` tokens after ``mlen`` memory states (``window`` 0 = no same_length;
+    ``episode [B, K]`` from :func:`episode_ids`, or None)."""
     q_pos = torch.arange(mlen, mlen + qlen, device=device)[:, None]  # [L, 1]
     k_pos = torch.arange(mlen + qlen, device=device)[None]  # [1, K]
     mask = forbidden(q_pos, k_pos, window)  # [L, K]
+    if episode is not None:
+        mask = mask[None] | other_episode(episode, mlen)  # [B, L, K]
     if key_hidden is not None:
-        mask = hide(mask[None], key_hidden, k_pos == q_pos)  # [B, L, K]
-    mask_start = mlen + 1 if key_hidden is None and window == 0 else 0
-    return Visibility(qlen, mlen, mask, mask_start, window, key_hidden)
+        mask = hide(mask if mask.dim() == 3 else mask[None], key_hidden, k_pos == q_pos)  # [B, L, K]
+    mask_start = mlen + 1 if key_hidden is None and episode is None and window == 0 else 0
+    return Visibility(qlen, mlen, mask, mask_start, window, key_hidden, episode=episode)
 
 
 def block_mask(attn_mask: Optional[Tensor], mlen: int, qlen: int, j0: int, j1: int, device) -> Tensor:

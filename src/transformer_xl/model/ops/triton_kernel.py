@@ -14,6 +14,8 @@ softmax of ``AttentionBase.attend`` (without attention dropout). The visible key
 * causal with memory: ``j <= M + i``;
 * ``window > 0`` (the paper code's ``same_length`` with ``mem_len = window``): also ``j > M + i - window``,
   i.e. only the distances ``0 .. window-1``;
+* ``episode [B, K]`` (int32 episode number of each key, :func:`~..attention.visibility.episode_ids`): only keys of
+  the query's own episode (the number of key ``M + i``);
 * ``key_hidden [B, K]`` (True = hidden from every query), except that a query always sees its own key
   ``j = M + i``, so no row is empty.
 
@@ -25,6 +27,7 @@ Shapes::
     r_w_bias    [H, D]           u (content bias)
     r_r_bias    [H, D]           v (position bias)
     key_hidden  [B, K] bool      optional
+    episode     [B, K] int32     optional
     out         [B, H, L, D]
     lse         [B, H, L] fp32   log-sum-exp of each row, saved for the backward pass
 
@@ -113,14 +116,18 @@ if triton is not None and _HAS_GATHER:
         return tl.load(ptrs, mask=mask, other=0.0)
 
     @triton.jit
-    def _visible(offs_m, offs_n, kh_row, qlen, klen, mlen, window,
-                 HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr):
+    def _visible(offs_m, offs_n, kh_row, ep_row, qlen, klen, mlen, window,
+                 HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr, HAS_EP: tl.constexpr):
         """``[BLOCK, BLOCK]`` bool: query ``offs_m`` may attend key ``offs_n`` (the rule of :mod:`.visibility`)."""
         i = offs_m[:, None]
         j = offs_n[None, :]
         vis = (j <= mlen + i) & (j < klen) & (i < qlen)
         if HAS_WINDOW:
             vis = vis & (j > mlen + i - window)
+        if HAS_EP:
+            ep_k = tl.load(ep_row + offs_n, mask=offs_n < klen, other=-1)  # [BLOCK]
+            ep_q = tl.load(ep_row + mlen + offs_m, mask=offs_m < qlen, other=-2)  # [BLOCK]
+            vis = vis & (ep_k[None, :] == ep_q[:, None])
         if HAS_KH:
             shown = tl.load(kh_row + offs_n, mask=offs_n < klen, other=0) == 0  # [BLOCK]
             vis = vis & (shown[None, :] | (j == mlen + i))
@@ -150,11 +157,11 @@ if triton is not None and _HAS_GATHER:
         return tl.where(from_lo, tl.gather(p_lo, idx_lo, 1), tl.gather(p_hi, idx_hi, 1))
 
     @triton.jit
-    def _fwd_kernel(Q, Kk, V, RK, U, VB, KH, O, LSE,
+    def _fwd_kernel(Q, Kk, V, RK, U, VB, KH, EP, O, LSE,
                     s_qb, s_qh, s_ql, s_kb, s_kh, s_kl, s_vb, s_vh, s_vl,
-                    s_rh, s_rl, s_uh, s_vbh, s_khb, s_ob, s_oh, s_ol,
+                    s_rh, s_rl, s_uh, s_vbh, s_khb, s_epb, s_ob, s_oh, s_ol,
                     n_head, qlen, klen, head_dim, window, scale,
-                    HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr,
+                    HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr, HAS_EP: tl.constexpr,
                     BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr):
         pid_m = tl.program_id(0)
         pid_bh = tl.program_id(1)
@@ -176,6 +183,7 @@ if triton is not None and _HAS_GATHER:
         v_base = V + b * s_vb + h * s_vh
         rk_base = RK + h * s_rh
         kh_row = KH + b * s_khb
+        ep_row = EP + b * s_epb
 
         from_lo, idx_lo, idx_hi = _band_index(offs_r, BLOCK)
 
@@ -199,7 +207,7 @@ if triton is not None and _HAS_GATHER:
             k = _load_rows(k_base, j0, klen, s_kl, offs_r, offs_d, head_dim)  # [BLOCK, BLOCK_D]
             s = tl.dot(q_u, tl.trans(k), input_precision=PREC)
             s += _position_scores(p_lo, p_hi, from_lo, idx_lo, idx_hi)  # [BLOCK, BLOCK]
-            vis = _visible(offs_m, j0 + offs_r, kh_row, qlen, klen, mlen, window, HAS_WINDOW, HAS_KH)
+            vis = _visible(offs_m, j0 + offs_r, kh_row, ep_row, qlen, klen, mlen, window, HAS_WINDOW, HAS_KH, HAS_EP)
             s = tl.where(vis, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
@@ -220,12 +228,12 @@ if triton is not None and _HAS_GATHER:
         tl.store(LSE + pid_bh.to(tl.int64) * qlen + offs_m, lse, mask=row_ok)
 
     @triton.jit
-    def _bwd_dkdv_kernel(Q, Kk, V, RK, U, VB, KH, DO, LSE, DELTA, DK, DV,
+    def _bwd_dkdv_kernel(Q, Kk, V, RK, U, VB, KH, EP, DO, LSE, DELTA, DK, DV,
                          s_qb, s_qh, s_ql, s_kb, s_kh, s_kl, s_vb, s_vh, s_vl,
-                         s_rh, s_rl, s_uh, s_vbh, s_khb, s_db, s_dh, s_dl,
+                         s_rh, s_rl, s_uh, s_vbh, s_khb, s_epb, s_db, s_dh, s_dl,
                          s_dkb, s_dkh, s_dkl, s_dvb, s_dvh, s_dvl,
                          n_head, qlen, klen, head_dim, window, scale,
-                         HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr,
+                         HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr, HAS_EP: tl.constexpr,
                          BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_bh = tl.program_id(1)
@@ -246,6 +254,7 @@ if triton is not None and _HAS_GATHER:
         do_base = DO + b * s_db + h * s_dh
         rk_base = RK + h * s_rh
         kh_row = KH + b * s_khb
+        ep_row = EP + b * s_epb
         stat_base = pid_bh.to(tl.int64) * qlen
 
         from_lo, idx_lo, idx_hi = _band_index(offs_r, BLOCK)
@@ -274,7 +283,7 @@ if triton is not None and _HAS_GATHER:
             p_hi = tl.dot(q_v, tl.trans(rk_hi), input_precision=PREC)
             s = tl.dot(q_u, tl.trans(k), input_precision=PREC)
             s += _position_scores(p_lo, p_hi, from_lo, idx_lo, idx_hi)
-            vis = _visible(offs_m, offs_n, kh_row, qlen, klen, mlen, window, HAS_WINDOW, HAS_KH)
+            vis = _visible(offs_m, offs_n, kh_row, ep_row, qlen, klen, mlen, window, HAS_WINDOW, HAS_KH, HAS_EP)
             p = tl.where(vis, tl.exp(s - lse[:, None]), 0.0)  # [BLOCK, BLOCK]
             acc_v += tl.dot(tl.trans(p.to(dtype)), do, input_precision=PREC)
             dp = tl.dot(do, tl.trans(v), input_precision=PREC)
@@ -288,11 +297,11 @@ if triton is not None and _HAS_GATHER:
         tl.store(dv_ptrs, acc_v.to(DV.dtype.element_ty), mask=col_ok)
 
     @triton.jit
-    def _bwd_dq_kernel(Q, Kk, V, RK, U, VB, KH, DO, LSE, DELTA, DQU, DQV, DRK,
+    def _bwd_dq_kernel(Q, Kk, V, RK, U, VB, KH, EP, DO, LSE, DELTA, DQU, DQV, DRK,
                        s_qb, s_qh, s_ql, s_kb, s_kh, s_kl, s_vb, s_vh, s_vl,
-                       s_rh, s_rl, s_uh, s_vbh, s_khb, s_db, s_dh, s_dl,
+                       s_rh, s_rl, s_uh, s_vbh, s_khb, s_epb, s_db, s_dh, s_dl,
                        n_head, qlen, klen, head_dim, window, scale,
-                       HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr,
+                       HAS_WINDOW: tl.constexpr, HAS_KH: tl.constexpr, HAS_EP: tl.constexpr,
                        BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr):
         pid_m = tl.program_id(0)
         pid_bh = tl.program_id(1)
@@ -320,6 +329,7 @@ if triton is not None and _HAS_GATHER:
         rk_base = RK + h * s_rh
         drk_base = DRK + h * (klen + 1) * head_dim  # fp32 [H, K+1, D], contiguous
         kh_row = KH + b * s_khb
+        ep_row = EP + b * s_epb
 
         from_lo, idx_lo, idx_hi = _band_index(offs_r, BLOCK)
         # inverse: band column w of the lo half takes ds[a, w - (BLOCK-1) + a], of the hi half ds[a, w + 1 + a]
@@ -349,7 +359,7 @@ if triton is not None and _HAS_GATHER:
             k = _load_rows(k_base, j0, klen, s_kl, offs_r, offs_d, head_dim)
             s = tl.dot(q_u, tl.trans(k), input_precision=PREC)
             s += _position_scores(p_lo, p_hi, from_lo, idx_lo, idx_hi)
-            vis = _visible(offs_m, j0 + offs_r, kh_row, qlen, klen, mlen, window, HAS_WINDOW, HAS_KH)
+            vis = _visible(offs_m, j0 + offs_r, kh_row, ep_row, qlen, klen, mlen, window, HAS_WINDOW, HAS_KH, HAS_EP)
             p = tl.where(vis, tl.exp(s - lse[:, None]), 0.0)
             v = _load_rows(v_base, j0, klen, s_vl, offs_r, offs_d, head_dim)
             dp = tl.dot(do, tl.trans(v), input_precision=PREC)
@@ -401,7 +411,7 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
 class _RelAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, r_k, r_w_bias, r_r_bias, scale, window, key_hidden, block):
+    def forward(ctx, q, k, v, r_k, r_w_bias, r_r_bias, scale, window, key_hidden, episode, block):
         bsz, n_head, qlen, head_dim = q.shape
         klen = k.size(2)
         q, k, v, r_k = (_last_dim_contiguous(t) for t in (q, k, v, r_k))
@@ -409,27 +419,29 @@ class _RelAttention(torch.autograd.Function):
         has_kh = key_hidden is not None
         kh = (key_hidden.to(torch.uint8).contiguous() if has_kh
               else torch.zeros(1, 1, dtype=torch.uint8, device=q.device))
+        has_ep = episode is not None
+        ep = episode.to(torch.int32).contiguous() if has_ep else torch.zeros(1, 1, dtype=torch.int32, device=q.device)
         block, block_d, num_warps, prec = _launch_config(q, head_dim, block)
 
         out = torch.empty(bsz, n_head, qlen, head_dim, dtype=q.dtype, device=q.device)  # [B, H, L, D]
         lse = torch.empty(bsz, n_head, qlen, dtype=torch.float32, device=q.device)  # [B, H, L]
         grid = (triton.cdiv(qlen, block), bsz * n_head)
         _fwd_kernel[grid](
-            q, k, v, r_k, r_w_bias, r_r_bias, kh, out, lse,
+            q, k, v, r_k, r_w_bias, r_r_bias, kh, ep, out, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), r_k.stride(0), r_k.stride(1),
-            r_w_bias.stride(0), r_r_bias.stride(0), kh.stride(0), out.stride(0), out.stride(1), out.stride(2),
-            n_head, qlen, klen, head_dim, window, scale,
-            HAS_WINDOW=window > 0, HAS_KH=has_kh, BLOCK=block, BLOCK_D=block_d, PREC=prec,
+            r_w_bias.stride(0), r_r_bias.stride(0), kh.stride(0), ep.stride(0), out.stride(0), out.stride(1),
+            out.stride(2), n_head, qlen, klen, head_dim, window, scale,
+            HAS_WINDOW=window > 0, HAS_KH=has_kh, HAS_EP=has_ep, BLOCK=block, BLOCK_D=block_d, PREC=prec,
             num_warps=num_warps, num_stages=2)
-        ctx.save_for_backward(q, k, v, r_k, r_w_bias, r_r_bias, kh, out, lse)
-        ctx.cfg = (scale, window, has_kh, block, block_d, num_warps, prec)
+        ctx.save_for_backward(q, k, v, r_k, r_w_bias, r_r_bias, kh, ep, out, lse)
+        ctx.cfg = (scale, window, has_kh, has_ep, block, block_d, num_warps, prec)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, r_k, r_w_bias, r_r_bias, kh, out, lse = ctx.saved_tensors
-        scale, window, has_kh, block, block_d, num_warps, prec = ctx.cfg
+        q, k, v, r_k, r_w_bias, r_r_bias, kh, ep, out, lse = ctx.saved_tensors
+        scale, window, has_kh, has_ep, block, block_d, num_warps, prec = ctx.cfg
         bsz, n_head, qlen, head_dim = q.shape
         klen = k.size(2)
         d_out = _last_dim_contiguous(d_out)
@@ -439,30 +451,30 @@ class _RelAttention(torch.autograd.Function):
         dv = torch.empty_like(v)
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), r_k.stride(0), r_k.stride(1),
-                  r_w_bias.stride(0), r_r_bias.stride(0), kh.stride(0),
+                  r_w_bias.stride(0), r_r_bias.stride(0), kh.stride(0), ep.stride(0),
                   d_out.stride(0), d_out.stride(1), d_out.stride(2))
         tail = (n_head, qlen, klen, head_dim, window, scale)
-        meta = dict(HAS_WINDOW=window > 0, HAS_KH=has_kh, BLOCK=block, BLOCK_D=block_d, PREC=prec,
+        meta = dict(HAS_WINDOW=window > 0, HAS_KH=has_kh, HAS_EP=has_ep, BLOCK=block, BLOCK_D=block_d, PREC=prec,
                     num_warps=max(num_warps, 8 if block >= 64 else 4), num_stages=2)  # more live tiles
         _bwd_dkdv_kernel[(triton.cdiv(klen, block), bsz * n_head)](
-            q, k, v, r_k, r_w_bias, r_r_bias, kh, d_out, lse, delta, dk, dv, *common,
+            q, k, v, r_k, r_w_bias, r_r_bias, kh, ep, d_out, lse, delta, dk, dv, *common,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *tail, **meta)
 
         dqu = torch.empty(bsz, n_head, qlen, head_dim, dtype=torch.float32, device=q.device)  # d(q+u)
         dqv = torch.empty_like(dqu)  # d(q+v)
         drk = torch.zeros(n_head, klen + 1, head_dim, dtype=torch.float32, device=q.device)  # [H, K+1, D]
         _bwd_dq_kernel[(triton.cdiv(qlen, block), bsz * n_head)](
-            q, k, v, r_k, r_w_bias, r_r_bias, kh, d_out, lse, delta, dqu, dqv, drk, *common, *tail, **meta)
+            q, k, v, r_k, r_w_bias, r_r_bias, kh, ep, d_out, lse, delta, dqu, dqv, drk, *common, *tail, **meta)
 
         dq = (dqu + dqv).to(q.dtype)
         du = dqu.sum((0, 2)).to(r_w_bias.dtype)  # [H, D]
         dvb = dqv.sum((0, 2)).to(r_r_bias.dtype)
-        return dq, dk, dv, drk.to(r_k.dtype), du, dvb, None, None, None, None
+        return dq, dk, dv, drk.to(r_k.dtype), du, dvb, None, None, None, None, None
 
 
 def rel_attention(q: Tensor, k: Tensor, v: Tensor, r_k: Tensor, r_w_bias: Tensor, r_r_bias: Tensor,
                   scale: float, window: int = 0, key_hidden: Optional[Tensor] = None,
-                  dropatt: float = 0.0, block: Optional[int] = None) -> Tensor:
+                  dropatt: float = 0.0, block: Optional[int] = None, episode: Optional[Tensor] = None) -> Tensor:
     """Fused relative attention: ``softmax(rel_attn_score(...) masked) @ v`` without the score tensor.
 
     Args:
@@ -473,6 +485,7 @@ def rel_attention(q: Tensor, k: Tensor, v: Tensor, r_k: Tensor, r_w_bias: Tensor
             positions back, like ``same_length`` with ``mem_len = window``.
         key_hidden: optional ``[B, K]`` bool, True for keys hidden from every query (a query still
             sees its own key).
+        episode: optional ``[B, K]`` integer episode number of each key: a query sees only its own episode's keys.
         dropatt: attention dropout; only ``0`` is supported (ValueError otherwise).
         block: query/key block size (power of two >= 16); default 64 on CUDA, 16 in the interpreter.
     Returns:
@@ -500,10 +513,13 @@ def rel_attention(q: Tensor, k: Tensor, v: Tensor, r_k: Tensor, r_w_bias: Tensor
         raise ValueError(f"window: expected >= 0, got {window}")
     if key_hidden is not None and (key_hidden.shape != (bsz, klen) or key_hidden.dtype != torch.bool):
         raise ValueError(f"key_hidden: expected bool [{bsz}, {klen}], got {key_hidden.dtype} {tuple(key_hidden.shape)}")
+    if episode is not None and (episode.shape != (bsz, klen) or episode.is_floating_point()
+                                or episode.dtype == torch.bool):
+        raise ValueError(f"episode: expected integer [{bsz}, {klen}], got {episode.dtype} {tuple(episode.shape)}")
     if block is not None and (block < 16 or block & (block - 1)):
         raise ValueError(f"block: expected a power of two >= 16, got {block}")
     if triton is None or not _HAS_GATHER:
         raise RuntimeError("rel_attention: needs Triton >= 3.2 (for tl.gather), which is not installed")
     if not is_available(q, k, v, r_k):
         raise RuntimeError("rel_attention: needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)")
-    return _RelAttention.apply(q, k, v, r_k, r_w_bias, r_r_bias, float(scale), int(window), key_hidden, block)
+    return _RelAttention.apply(q, k, v, r_k, r_w_bias, r_r_bias, float(scale), int(window), key_hidden, episode, block)

@@ -1,0 +1,401 @@
+"""The Transformer-XL layer stack with its memory: the backbone of the language model and of any sequence model.
+
+::
+
+    backbone = TransformerXLBackbone(TransformerXLConfig(d_input=16, n_layer=2, d_model=64, mem_len=32))
+    out = backbone(inputs_embeds=x)                           # x: [B, T, 16]
+    out = backbone(inputs_embeds=x2, mems=out.mems, mems_mask=out.mems_mask, starts=starts)
+    out.hidden_states  # [B, T, d_model], the last layer's output
+    out.mems           # n_layer x [B, M, d_model], each layer's input states of the last M steps
+    out.mems_mask      # [B, M] bool, True where a memory slot is hidden (padding, an episode that ended)
+
+Inputs are vectors (``config.d_input``: a linear projection to ``d_model``) or token ids (the adaptive
+embedding). ``starts [B, T]`` bool marks where an episode (or a document) begins: no step attends to a step of
+another episode, in the window or in memory, and since positions are relative an episode's states do not depend on
+where in the window it begins (:func:`~.attention.visibility.episode_ids`). The memory is detached: no gradient
+ever enters it. :class:`~transformer_xl.model.TransformerXL` is this backbone plus the adaptive softmax; both run
+the one layer loop, :meth:`TransformerXLBackbone.transformer`.
+
+Stepping one observation at a time: ``backbone(inputs_embeds=x[:, None], mems=..., mems_mask=..., starts=...)``
+per step carries the memory; a :class:`~transformer_xl.generation.DecodingCache` (``cache=``) keeps the projected
+keys and values instead, O(d^2 + M d) per step. With ``same_length=True`` and ``same_length_extra=1`` and a
+memory of fixed length (:meth:`TransformerXLBackbone.init_mems` with ``fixed=True``) every step sees exactly the
+``mem_len`` steps of its episode before it, however the steps are grouped into calls: what an agent that steps
+during collection and replays windows during its update needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
+from .attention import RelativeAttention, attention_backend, episode_ids, segment_visibility
+from .config import RunLengths, TransformerXLConfig
+from .gating import GRUGate, residual
+from .memory import Mems, empty_mems, next_hidden, shift_mems, update_mems, update_mems_mask
+from .ops.dropout import Dropout
+from .ops.linear import Linear
+from .positions import position_scheme
+from .saving import PretrainedMixin
+
+
+@dataclasses.dataclass
+class BackboneOutput:
+    """What the backbone returns."""
+
+    hidden_states: Tensor  # [B, T, d_model], the last layer's output
+    mems: Optional[Mems]  # n_layer x [B, M, d_model]; None with a decoding cache
+    mems_mask: Optional[Tensor] = None  # [B, M] bool, True = hidden; None when nothing is hidden
+    all_hidden_states: Optional[List[Tensor]] = None  # n_layer + 1 x [B, T, d_model], when asked for
+    cache: Optional[object] = None  # the decoding cache passed in, extended by this call
+
+
+class PositionwiseFF(nn.Module):
+    """Position-wise feed-forward block with residual (or GTrXL gate) and layer norm (``CoreNet`` as in the paper's
+    code)."""
+
+    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool, eps: float = 1e-5):
+        super().__init__()
+        self.pre_lnorm = pre_lnorm
+        self.CoreNet = nn.Sequential(
+            # ReLU out of place: in place on the Linear's 3-D output (a view) costs three copies in backward.
+            Linear(d_model, d_inner), nn.ReLU(), Dropout(dropout),
+            Linear(d_inner, d_model), Dropout(dropout),
+        )
+        self.layer_norm = nn.LayerNorm(d_model, eps=eps)
+        self.gate: Optional[GRUGate] = None
+
+    def forward(self, inp: Tensor) -> Tensor:  # [B, L, d] -> [B, L, d]
+        if self.pre_lnorm:
+            return residual(inp, self.CoreNet(self.layer_norm(inp)), self.gate)
+        return self.layer_norm(inp + self.CoreNet(inp))
+
+
+class DecoderLayer(nn.Module):
+    """One layer: attention over memory + segment, then the feed-forward block; with ``gating="gru"`` each
+    sub-layer's residual is a :class:`~.gating.GRUGate`."""
+
+    def __init__(self, cfg: TransformerXLConfig):
+        super().__init__()
+        self.dec_attn = position_scheme(cfg.attn_type).attention(cfg)
+        self.pos_ff = PositionwiseFF(cfg.d_model, cfg.d_inner, cfg.dropout, cfg.pre_lnorm, cfg.layer_norm_epsilon)
+        if cfg.gating == "gru":
+            self.dec_attn.gate = GRUGate(cfg.d_model, cfg.gate_bias)
+            self.pos_ff.gate = GRUGate(cfg.d_model, cfg.gate_bias)
+
+    def forward(self, h: Tensor, pos, vis, mems: Optional[Tensor] = None, cache=None) -> Tensor:
+        """h ``[B, L, d]``, ``pos`` from the position scheme, mems ``[B, M, d]`` -> ``[B, L, d]``; ``cache``: the
+        decoding cache's view of this layer (attn_type 0), instead of ``mems``."""
+        if cache is None:
+            return self.pos_ff(self.dec_attn(h, pos, vis, mems))
+        return self.pos_ff(self.dec_attn(h, pos, vis, cache=cache))
+
+
+class TransformerXLBackbone(PretrainedMixin, nn.Module):
+    """The layer stack with its memory, without a language-model head (module docstring).
+
+    Parameter names equal the original release's (``word_emb``, ``layers.N.dec_attn``, ``r_w_bias`` ...), so the
+    language model that extends this class keeps the state dicts of other writers.
+    """
+
+    def __init__(self, config: TransformerXLConfig):
+        super().__init__()
+        config.validate()
+        self.config = cfg = config
+        # Lengths used at run time; reset_length changes them (e.g. for evaluation), the saved
+        # config keeps the training values (which size attn_type 1/3's learned tables).
+        self.tgt_len, self.ext_len, self.mem_len = cfg.tgt_len, cfg.ext_len, cfg.mem_len
+        self.clamp_len, self.same_length = cfg.clamp_len, cfg.same_length
+        self.positions = position_scheme(cfg.attn_type)
+        if cfg.d_input is None:
+            self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
+        else:
+            self.inp_proj = Linear(cfg.d_input, cfg.d_model)
+        self.drop = Dropout(cfg.dropout)
+        self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_layer)])
+        self.positions.create(self, cfg)
+        self.build_head()
+        self.init_weights()
+
+    def build_head(self) -> None:
+        """Modules on top of the stack (the language model's adaptive softmax); none here."""
+
+    # ------------------------------------------------------------------ initialisation
+    def init_weight(self, w: Tensor) -> None:
+        """The paper's code's initialisation of one weight (``init``: normal or uniform)."""
+        cfg = self.config
+        if cfg.init == "uniform":
+            nn.init.uniform_(w, -cfg.init_range, cfg.init_range)
+        else:
+            nn.init.normal_(w, 0.0, cfg.init_std)
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise as the paper's code (``weights_init`` in its ``train.py``) does; gates start at ``gate_bias``."""
+        cfg, init_weight = self.config, self.init_weight
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                init_weight(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                init_weight(module.weight)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.normal_(module.weight, 1.0, cfg.init_std)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, (AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax)):
+                for proj in (module.emb_projs if isinstance(module, AdaptiveEmbedding) else module.out_projs):
+                    if proj is not None:
+                        nn.init.normal_(proj, 0.0, cfg.proj_init_std)
+            elif isinstance(module, RelativeAttention) and cfg.untie_r:
+                init_weight(module.r_w_bias)
+                init_weight(module.r_r_bias)
+            elif isinstance(module, GRUGate):
+                module.reset_bias()
+        if cfg.d_input is not None:  # vectors in: keep their scale (as the embedding's sqrt(d) scale does for tokens)
+            nn.init.normal_(self.inp_proj.weight, 0.0, cfg.d_input ** -0.5)
+        self.init_head()
+        self.positions.init(self, init_weight)
+        if cfg.d_input is None:  # the embedding is tied to the output layer; the paper's code initialises it last
+            for emb in self.word_emb.emb_layers:
+                init_weight(emb.weight)
+
+    def init_head(self) -> None:
+        """Initialise the head's own parameters (after the modules, before the positions); none here."""
+
+    # ------------------------------------------------------------------ lengths and memory
+    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int, clamp_len: Optional[int] = None,
+                     same_length: Optional[bool] = None) -> None:
+        """Change the lengths used at run time, e.g. to evaluate with a longer memory.
+
+        The paper evaluates WT103 with tgt_len 128, mem_len 1600, clamp_len 1000. The saved
+        config keeps the training values. Raises ConfigError for values out of range.
+        """
+        self.set_lengths(self.lengths.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len,
+                                              clamp_len=clamp_len, same_length=same_length))
+
+    @property
+    def lengths(self) -> RunLengths:
+        """The run-time lengths now in use."""
+        return RunLengths(self.tgt_len, self.ext_len, self.mem_len, self.clamp_len, self.same_length)
+
+    def set_lengths(self, lengths: RunLengths) -> None:
+        """Use ``lengths`` at run time (validated against the config; ConfigError naming the field)."""
+        lengths.check(self.config)
+        self.tgt_len, self.ext_len, self.mem_len = lengths.tgt_len, lengths.ext_len, lengths.mem_len
+        self.clamp_len, self.same_length = lengths.clamp_len, lengths.same_length
+
+    @contextlib.contextmanager
+    def inference(self, tgt_len: Optional[int] = None, ext_len: Optional[int] = None, mem_len: Optional[int] = None,
+                  clamp_len: Optional[int] = None, same_length: Optional[bool] = None):
+        """Evaluation mode with run-time lengths changed (None keeps the current value); both are
+        restored on exit."""
+        saved, was_training = self.lengths, self.training
+        self.set_lengths(saved.replace(tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len, clamp_len=clamp_len,
+                                       same_length=same_length))
+        self.eval()
+        try:
+            yield self
+        finally:
+            self.set_lengths(saved)
+            self.train(was_training)
+
+    @property
+    def attn_backend(self) -> Tuple[str, int]:
+        """``(back-end, chunk)`` of the Transformer-XL attention (attn_type 0); ``("plain", 0)`` for the others."""
+        attn = self.layers[0].dec_attn
+        return (attn.backend, attn.chunk) if isinstance(attn, RelativeAttention) else ("plain", 0)
+
+    def set_attention(self, backend: str = "plain", chunk: int = 0) -> None:
+        """Choose how the Transformer-XL attention (attn_type 0) is computed; every choice gives the same results.
+
+        ``plain``: the reference path. ``streamed``: keys ``chunk`` at a time with an online softmax, recomputed
+        block by block in the backward pass, so peak memory no longer grows as B*H*L*(M+L). ``triton``: the fused
+        kernel where it can run (CUDA tensors, no attention dropout in training), elsewhere streamed with
+        ``chunk > 0``, else plain.
+        Other attention types only have the plain path and ignore the choice. A run-time choice like the lengths
+        of :meth:`reset_length`: it is not saved with the model.
+        """
+        attention_backend(backend)  # ValueError naming the registered back-ends
+        if chunk < 0:
+            raise ValueError(f"attention chunk: must be >= 0, got {chunk}")
+        for layer in self.layers:
+            if isinstance(layer.dec_attn, RelativeAttention):
+                layer.dec_attn.set_backend(backend, chunk)
+
+    def init_mems(self, batch_size: int, fixed: bool = False) -> Mems:
+        """The memory of a fresh start for ``batch_size`` rows: ``n_layer x [B, 0 or mem_len, d_model]``.
+
+        Empty, or ``mem_len`` zero states with ``config.mem_init == "zeros"`` (TensorFlow/HuggingFace models).
+        ``fixed=True``: always ``mem_len`` zero states, to be passed with :meth:`init_mems_mask` (hidden slots), for
+        a memory of fixed length (``forward(..., fixed_memory=True)``).
+        """
+        p = next(self.parameters())
+        if (fixed or self.config.mem_init == "zeros") and self.mem_len > 0:
+            return [p.new_zeros(batch_size, self.mem_len, self.config.d_model) for _ in range(self.config.n_layer)]
+        return empty_mems(self.config.n_layer, batch_size, self.config.d_model, dtype=p.dtype, device=p.device)
+
+    def init_mems_mask(self, batch_size: int) -> Tensor:
+        """``[B, mem_len]`` bool of a fixed-length fresh memory: all hidden (all visible for ``mem_init="zeros"``)."""
+        device = next(self.parameters()).device
+        return torch.full((batch_size, self.mem_len), self.config.mem_init != "zeros", dtype=torch.bool, device=device)
+
+    def same_length_window(self, mlen):
+        """How many positions back a query after ``mlen`` memory states sees, itself included (0: all, no
+        ``same_length``). The one place the ``same_length`` rule is decided, for every back-end and the cache.
+
+        ``same_length_extra == 0`` (the PyTorch code, HuggingFace): ``mem_len``, whatever memory is present.
+        ``same_length_extra == 1`` (the authors' TensorFlow code, whose ``_create_mask`` takes the length of
+        the memory fed, not ``mem_len``): query ``i`` sees keys ``i .. mlen+i``, i.e. ``mlen + 1`` positions,
+        so from an empty memory a query sees only itself. ``mlen``: an int, or a tensor of one memory length
+        per query (the decoding cache).
+        """
+        if not self.same_length:
+            return 0
+        return mlen + 1 if self.config.same_length_extra else self.mem_len
+
+    # ------------------------------------------------------------------ inputs
+    def embed(self, input_ids: Optional[Tensor] = None, inputs_embeds: Optional[Tensor] = None) -> Tensor:
+        """The first layer's input before positions and dropout: ``[B, T, d_model]``.
+
+        Vectors ``inputs_embeds [B, T, d_input]`` through the input projection (``config.d_input``), or token ids
+        ``input_ids [B, T]`` through the adaptive embedding (``inputs_embeds [B, T, d_model]`` then replaces it).
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("inputs: give exactly one of input_ids and inputs_embeds")
+        d_input = self.config.d_input
+        if input_ids is not None:
+            if d_input is not None:
+                raise ValueError(f"input_ids: this backbone takes vectors (d_input={d_input}); pass inputs_embeds")
+            if input_ids.dim() != 2 or input_ids.is_floating_point():
+                raise ValueError(f"input_ids: expected integer ids [B, T], got {input_ids.dtype} "
+                                 f"{list(input_ids.shape)}")
+            return self.word_emb(input_ids)
+        width = self.config.d_model if d_input is None else d_input
+        if inputs_embeds.dim() != 3 or inputs_embeds.size(-1) != width or not inputs_embeds.is_floating_point():
+            raise ValueError(f"inputs_embeds: expected floating [B, T, {width}], got {inputs_embeds.dtype} "
+                             f"{list(inputs_embeds.shape)}")
+        if d_input is None:
+            return inputs_embeds
+        return self.inp_proj(inputs_embeds.to(self.inp_proj.weight.dtype))
+
+    # ------------------------------------------------------------------ the layer stack
+    def cached_transformer(self, input_ids: Optional[Tensor], cache, padding_mask: Optional[Tensor] = None, *,
+                           inputs_embeds: Optional[Tensor] = None, starts: Optional[Tensor] = None) -> Tensor:
+        """The stack over new steps ``[B, n]`` given a decoding cache (attn_type 0): the cache holds the projected
+        keys and values of earlier steps and decides which keys each new step sees; it is extended in place.
+        Returns the last layer's states ``[B, n, d]``."""
+        if self.config.attn_type != 0:
+            raise ValueError("cache: cached decoding needs attn_type 0 (the relative attention)")
+        emb = self.embed(input_ids, inputs_embeds)  # [B, n, d]
+        self.check_starts(starts, emb.shape[:2])
+        vis = cache.begin(emb.shape[:2], padding_mask, starts)
+        core = self.drop(emb)
+        pos = (None, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None))
+        for i, layer in enumerate(self.layers):
+            core = layer(core, pos, vis, cache=cache.layer(i))
+        cache.end()
+        return self.drop(core)
+
+    def transformer(self, input_ids: Optional[Tensor] = None, mems: Optional[Sequence[Tensor]] = None,
+                    mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
+                    fixed_memory: bool = False, *, inputs_embeds: Optional[Tensor] = None,
+                    starts: Optional[Tensor] = None):
+        """Run the stack: ``[B, L]`` steps -> ``(hidden [B, L, d], new_mems, new_mask, hids)``.
+
+        ``hids`` holds the n_layer + 1 intermediate states (each layer's input, then the output).
+        ``fixed_memory``: the memory keeps the length of ``mems`` (with ``mems_mask``; ext_len 0), updated without
+        a branch on the segment length (:func:`~.memory.shift_mems`), as an exported graph needs.
+        ``starts [B, L]`` bool: an episode begins at that step (module docstring).
+        """
+        cfg = self.config
+        emb = self.embed(input_ids, inputs_embeds)  # [B, L, d]
+        bsz, qlen = emb.shape[:2]
+        self.check_starts(starts, (bsz, qlen))
+        if mems is not None and len(mems) == 0:
+            mems = None
+        if mems is None and cfg.mem_init == "zeros" and self.mem_len > 0:
+            mems = self.init_mems(bsz)  # a fresh start attends to mem_len zero states
+        if mems is not None and len(mems) != cfg.n_layer:
+            raise ValueError(f"mems: expected {cfg.n_layer} tensors (one per layer), got {len(mems)}")
+        mlen = 0 if mems is None else mems[0].size(1)
+        device = emb.device
+        key_hidden = _key_hidden(mems_mask, padding_mask, bsz, mlen, qlen, device)
+        episode = None if starts is None else episode_ids(starts, mlen)  # [B, K]
+        vis = segment_visibility(qlen, mlen, device, self.same_length_window(mlen), key_hidden, episode)
+
+        hids: List[Tensor] = []
+        core, state = self.positions.start(self, emb, mlen, qlen)  # [B, L, d]
+        for i, layer in enumerate(self.layers):
+            core, mem_i, pos = self.positions.layer_input(self, i, core, None if mems is None else mems[i], state)
+            hids.append(core)
+            core = layer(core, pos, vis, mem_i)
+        core = self.drop(core)
+        hids.append(core)
+        hidden = next_hidden(key_hidden, episode)  # [B, M+L]: what the next memory keeps hidden, or None
+        if fixed_memory:
+            new_mems, new_mask = shift_mems(hids[:-1], mems, hidden)
+        else:
+            new_mems = update_mems(hids[:-1], mems, self.mem_len, self.ext_len)
+            new_mask = update_mems_mask(hidden, mlen, qlen, self.mem_len, self.ext_len)
+        return core, new_mems, new_mask, hids
+
+    def forward(self, inputs_embeds: Optional[Tensor] = None, input_ids: Optional[Tensor] = None,
+                mems: Optional[Sequence[Tensor]] = None, mems_mask: Optional[Tensor] = None,
+                starts: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None, cache=None,
+                fixed_memory: bool = False, output_hidden_states: bool = False) -> BackboneOutput:
+        """Hidden states of ``[B, T]`` steps given the memory of earlier calls.
+
+        Args:
+            inputs_embeds: ``[B, T, d_input]`` vectors (or ``[B, T, d_model]`` for a token backbone).
+            input_ids: ``[B, T]`` token ids (a backbone with the adaptive embedding, ``d_input=None``).
+            mems, mems_mask: ``out.mems`` and ``out.mems_mask`` of the previous call; None for a fresh start.
+            starts: ``[B, T]`` bool, True where an episode begins: earlier steps are never attended to.
+            padding_mask: ``[B, T]`` bool, True on padding steps: hidden as keys and as memory.
+            cache: a :class:`~transformer_xl.generation.DecodingCache` instead of ``mems`` (attn_type 0).
+            fixed_memory: keep the memory at the length of ``mems`` (see :meth:`init_mems` with ``fixed=True``).
+        """
+        if cache is not None:
+            if mems is not None or mems_mask is not None:
+                raise ValueError("cache: give the decoding cache or mems/mems_mask, not both")
+            hidden = self.cached_transformer(input_ids, cache, padding_mask, inputs_embeds=inputs_embeds,
+                                             starts=starts)
+            return BackboneOutput(hidden, None, None, None, cache)
+        hidden, new_mems, new_mask, hids = self.transformer(input_ids, mems, mems_mask, padding_mask, fixed_memory,
+                                                            inputs_embeds=inputs_embeds, starts=starts)
+        return BackboneOutput(hidden, new_mems, new_mask, hids if output_hidden_states else None)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def check_starts(self, starts: Optional[Tensor], shape) -> None:
+        """One ValueError naming ``starts`` unless it is None or a bool tensor of the inputs' ``[B, T]``."""
+        if starts is None:
+            return
+        if not isinstance(starts, Tensor) or starts.dtype != torch.bool or tuple(starts.shape) != tuple(shape):
+            got = f"{starts.dtype} {list(starts.shape)}" if isinstance(starts, Tensor) else type(starts).__name__
+            raise ValueError(f"starts: expected a bool tensor of shape {list(shape)}, got {got}")
+        if self.config.mem_init == "zeros":
+            raise ValueError("starts: a model whose fresh start attends to zero states (mem_init='zeros') cannot "
+                             "begin an episode inside a window; use mem_init='empty'")
+
+
+def _key_hidden(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor], bsz: int, mlen: int, qlen: int,
+                device) -> Optional[Tensor]:
+    """``[B, M+L]`` bool of keys hidden from every query, or None."""
+    if mems_mask is None and padding_mask is None:
+        return None
+    if mems_mask is None:
+        mems_mask = torch.zeros(bsz, mlen, dtype=torch.bool, device=device)
+    if padding_mask is None:
+        padding_mask = torch.zeros(bsz, qlen, dtype=torch.bool, device=device)
+    if mems_mask.shape != (bsz, mlen):
+        raise ValueError(f"mems_mask: expected shape [{bsz}, {mlen}], got {list(mems_mask.shape)}")
+    if padding_mask.shape != (bsz, qlen):
+        raise ValueError(f"padding_mask: expected shape [{bsz}, {qlen}], got {list(padding_mask.shape)}")
+    return torch.cat([mems_mask.bool(), padding_mask.bool()], dim=1)

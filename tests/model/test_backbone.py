@@ -1,0 +1,261 @@
+"""The backbone: vectors in, hidden states out, episode boundaries (``starts``), stepping, and the GTrXL gate.
+
+The judges are mathematical equalities, not our own earlier outputs:
+
+* a row packed with episodes of random lengths, run in segments with the memory carried, gives every episode's
+  states as that episode run alone from a fresh start (sliding context: ``same_length`` with the TensorFlow rule
+  and a fixed-length memory, so the grouping of steps into calls cannot matter);
+* the gradient of one episode's outputs reaches no input of another episode: exactly zero;
+* one step per call equals the window, with the memory carried and with a decoding cache;
+* the GRU gate equals a literal transcription of the paper's equations;
+* with the paper's segment context (no ``same_length``), a start at a row's first step forgets the memory exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_xl import TransformerXL, TransformerXLConfig
+from transformer_xl.generation import DecodingCache
+from transformer_xl.model import GRUGate, TransformerXLBackbone
+
+D_IN, M, L = 5, 6, 4
+
+
+def backbone(seed=0, gating="none", pre_lnorm=True, **over):
+    """A small vector backbone with sliding context, random weights far from the identity (std 0.3)."""
+    cfg = dict(d_input=D_IN, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, tgt_len=L,
+               mem_len=M, same_length=True, same_length_extra=1, pre_lnorm=pre_lnorm, gating=gating)
+    cfg.update(over)
+    torch.manual_seed(seed)
+    model = TransformerXLBackbone(TransformerXLConfig(**cfg)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm.weight" not in name and not name.endswith("b_g"):
+                p.normal_(0.0, 0.3)
+    return model
+
+
+def packed_row(lengths, seed=1):
+    """Inputs ``[1, T, D_IN]`` and ``starts [1, T]`` of episodes of the given lengths, one after the other."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, sum(lengths), D_IN, generator=gen)
+    starts = torch.zeros(1, sum(lengths), dtype=torch.bool)
+    at = 0
+    for n in lengths:
+        starts[0, at] = True
+        at += n
+    return x, starts
+
+
+def run_in_segments(model, x, starts, seg, **kw):
+    """Hidden states ``[B, T, d]`` of ``x`` fed ``seg`` steps per call with a fixed-length memory carried."""
+    bsz = x.size(0)
+    mems, mask, outs = model.init_mems(bsz, fixed=True), model.init_mems_mask(bsz), []
+    for t in range(0, x.size(1), seg):
+        out = model(inputs_embeds=x[:, t:t + seg], mems=mems, mems_mask=mask, starts=starts[:, t:t + seg],
+                    fixed_memory=True, **kw)
+        mems, mask = out.mems, out.mems_mask
+        outs.append(out.hidden_states)
+    return torch.cat(outs, dim=1)
+
+
+def alone(model, x):
+    """The episode ``x [1, n, D_IN]`` alone from a fresh start, in one call."""
+    out = model(inputs_embeds=x, mems=model.init_mems(1, fixed=True), mems_mask=model.init_mems_mask(1),
+                fixed_memory=True)
+    return out.hidden_states
+
+
+LENGTHS = [3, 9, 1, 5, 2, 7]  # 27 steps: episodes shorter and longer than the memory, a one-step episode
+
+
+@pytest.mark.parametrize("gating,pre_lnorm", [("none", False), ("none", True), ("gru", True)])
+@pytest.mark.parametrize("attention", ["plain", "streamed:2", "triton"])
+@pytest.mark.parametrize("seg", [1, L, 7])
+def test_packed_episodes_equal_each_episode_alone(gating, pre_lnorm, attention, seg):
+    """With ``triton`` on a CUDA machine the fused kernel runs (elsewhere it falls back, as documented)."""
+    device = "cuda" if attention == "triton" and torch.cuda.is_available() else "cpu"
+    model = backbone(gating=gating, pre_lnorm=pre_lnorm).to(device)
+    name, _, chunk = attention.partition(":")
+    model.set_attention(name, int(chunk or 0))
+    x, starts = (t.to(device) for t in packed_row(LENGTHS))
+    with torch.no_grad():
+        packed = run_in_segments(model, x, starts, seg)
+        at = 0
+        for n in LENGTHS:
+            torch.testing.assert_close(packed[:, at:at + n], alone(model, x[:, at:at + n]), rtol=1e-5, atol=1e-5)
+            at += n
+
+
+@pytest.mark.parametrize("gating", ["none", "gru"])
+def test_cached_stepping_equals_each_episode_alone(gating):
+    """A decoding cache per row (projected keys and values), one step per call, episodes reset per row."""
+    model = backbone(gating=gating)
+    x, starts = packed_row(LENGTHS)
+    other, other_starts = packed_row([8, 4, 15], seed=2)  # a second row with its own boundaries
+    xs, ss = torch.cat([x, other]), torch.cat([starts, other_starts])
+    cache = DecodingCache(model, 2, decoding="sliding")
+    cache.end_prompt()  # every step is its own segment: the step sees the mem_len steps before it
+    with torch.no_grad():
+        stepped = torch.cat([model(inputs_embeds=xs[:, t:t + 1], starts=ss[:, t:t + 1], cache=cache).hidden_states
+                             for t in range(xs.size(1))], dim=1)
+        for row, lengths in ((0, LENGTHS), (1, [8, 4, 15])):
+            at = 0
+            for n in lengths:
+                want = alone(model, xs[row:row + 1, at:at + n])
+                torch.testing.assert_close(stepped[row:row + 1, at:at + n], want, rtol=1e-5, atol=1e-5)
+                at += n
+    assert len(cache) <= M + 1  # keys no step can see again are dropped
+
+
+@pytest.mark.parametrize("gating", ["none", "gru"])
+def test_one_step_per_call_equals_the_window(gating):
+    model = backbone(gating=gating)
+    x, starts = packed_row([20])
+    with torch.no_grad():
+        torch.testing.assert_close(run_in_segments(model, x, starts, 1), run_in_segments(model, x, starts, 20),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_gradient_never_crosses_an_episode_boundary():
+    """d(outputs of one episode) / d(inputs of every other episode) is exactly zero, in one window and across
+    calls (the memory is detached), while it is not zero within the episode."""
+    model = backbone(gating="gru")
+    x, starts = packed_row([5, 6, 4])
+    x = x.requires_grad_()
+    hidden = run_in_segments(model, x, starts, 7)
+    bounds = [(0, 5), (5, 11), (11, 15)]
+    for a, (lo, hi) in enumerate(bounds):
+        (grad,) = torch.autograd.grad(hidden[:, lo:hi].pow(2).sum(), x, retain_graph=True)
+        for b, (lo2, hi2) in enumerate(bounds):
+            if a == b:
+                assert grad[:, lo2:hi2].abs().sum() > 0
+            else:
+                assert torch.equal(grad[:, lo2:hi2], torch.zeros_like(grad[:, lo2:hi2]))
+
+
+def test_gradient_never_enters_the_memory():
+    model = backbone()
+    x, starts = packed_row([12])
+    out = model(inputs_embeds=x[:, :6], mems=model.init_mems(1, fixed=True), mems_mask=model.init_mems_mask(1),
+                fixed_memory=True)
+    assert all(not m.requires_grad for m in out.mems)
+
+
+def test_a_start_at_the_first_step_forgets_the_memory_with_segment_context():
+    """The paper's context (no same_length, growing memory): a row whose first step is a start gives what the row
+    gives from no memory at all; the other row still reads its memory."""
+    model = backbone(same_length=False, same_length_extra=0)
+    gen = torch.Generator().manual_seed(3)
+    first, second = torch.randn(2, L, D_IN, generator=gen), torch.randn(2, L, D_IN, generator=gen)
+    with torch.no_grad():
+        mems = model(inputs_embeds=first).mems
+        starts = torch.tensor([[True] + [False] * (L - 1), [False] * L])
+        got = model(inputs_embeds=second, mems=mems, starts=starts)
+        fresh = model(inputs_embeds=second).hidden_states
+        carried = model(inputs_embeds=second, mems=mems).hidden_states
+    torch.testing.assert_close(got.hidden_states[0], fresh[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got.hidden_states[1], carried[1], rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(fresh[1], carried[1])  # the memory matters: the check above can fail
+    assert got.mems_mask is not None and got.mems_mask[0, :M - L].all() and not got.mems_mask[1].any()
+
+
+def test_gru_gate_equals_its_equations():
+    """g(x, y) = (1 - z) * x + z * h with r, z, h of Parisotto et al. (2020), written out with the weights."""
+    torch.manual_seed(4)
+    d = 8
+    gate = GRUGate(d, gate_bias=2.0)
+    with torch.no_grad():
+        for p in gate.parameters():
+            p.normal_(0.0, 0.5)
+    x, y = torch.randn(3, 5, d), torch.randn(3, 5, d)
+    W_r, W_z, W_g = gate.w.weight.split(d)
+    U_r, U_z = gate.u.weight.split(d)
+    U_g, b_g = gate.u_g.weight, gate.b_g
+    r = torch.sigmoid(y @ W_r.T + x @ U_r.T)
+    z = torch.sigmoid(y @ W_z.T + x @ U_z.T - b_g)
+    h = torch.tanh(y @ W_g.T + (r * x) @ U_g.T)
+    torch.testing.assert_close(gate(x, y), (1 - z) * x + z * h, rtol=1e-6, atol=1e-6)
+
+
+def test_gate_bias_starts_at_the_config_value_and_the_layer_near_identity():
+    model = TransformerXLBackbone(TransformerXLConfig(d_input=4, n_layer=1, d_model=16, n_head=2, d_head=8,
+                                                      d_inner=32, pre_lnorm=True, gating="gru", gate_bias=3.0))
+    gates = [m for m in model.modules() if isinstance(m, GRUGate)]
+    assert len(gates) == 2 and all(torch.equal(g.b_g, torch.full((16,), 3.0)) for g in gates)
+    x = torch.randn(2, 6, 16)
+    y = torch.randn(2, 6, 16)
+    out = gates[0](x, y)  # z near sigmoid(-3) = 0.047: mostly the stream
+    assert (out - x).abs().mean() < 0.2 * x.abs().mean()
+
+
+def test_gating_needs_the_identity_map_reordering():
+    with pytest.raises(ValueError, match="gating"):
+        TransformerXLConfig(gating="gru", pre_lnorm=False)
+    with pytest.raises(ValueError, match="gating"):
+        TransformerXLConfig(gating="lstm", pre_lnorm=True)
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(1, 4), torch.zeros(1, 3, dtype=torch.bool), [[True] * 4]])
+def test_bad_starts_is_one_value_error_naming_starts(bad):
+    model = backbone()
+    with pytest.raises(ValueError, match="^starts: expected a bool tensor of shape \\[1, 4\\]"):
+        model(inputs_embeds=torch.randn(1, 4, D_IN), starts=bad)
+
+
+def test_bad_inputs_are_one_value_error_naming_them():
+    model = backbone()
+    with pytest.raises(ValueError, match="^inputs_embeds: expected floating \\[B, T, 5\\]"):
+        model(inputs_embeds=torch.randn(1, 4, 7))
+    with pytest.raises(ValueError, match="^input_ids: this backbone takes vectors"):
+        model(input_ids=torch.zeros(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="d_input"):
+        TransformerXL(TransformerXLConfig(d_input=3))
+
+
+def test_token_backbone_shares_the_language_model_stack():
+    """The language model is the backbone plus its adaptive softmax: same state-dict keys below the head, same
+    hidden states."""
+    cfg = TransformerXLConfig(n_token=40, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=5,
+                              mem_len=5, dropout=0.0)
+    torch.manual_seed(5)
+    lm = TransformerXL(cfg).eval()
+    body = TransformerXLBackbone(cfg).eval()
+    state = {k: v for k, v in lm.state_dict().items() if not k.startswith("crit.")}
+    assert set(state) == set(body.state_dict())
+    body.load_state_dict(state)
+    ids = torch.randint(0, 40, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(body(input_ids=ids).hidden_states, lm(ids).hidden_states, rtol=0, atol=0)
+
+
+def test_language_model_packed_documents_do_not_cross():
+    """Two documents in one window with a start: the second's log-probabilities equal it alone."""
+    cfg = TransformerXLConfig(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=10,
+                              mem_len=10, dropout=0.0)
+    torch.manual_seed(6)
+    lm = TransformerXL(cfg).eval()
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.normal_(0.0, 0.3)
+    ids = torch.randint(0, 30, (1, 10))
+    starts = torch.zeros(1, 10, dtype=torch.bool)
+    starts[0, 4] = True
+    with torch.no_grad():
+        packed = lm(ids, starts=starts, return_log_probs=True).log_probs
+        second = lm(ids[:, 4:], return_log_probs=True).log_probs
+        crossing = lm(ids, return_log_probs=True).log_probs
+    torch.testing.assert_close(packed[:, 4:], second, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(crossing[:, 4:], second, atol=1e-3)
+
+
+def test_backbone_saves_and_loads(tmp_path):
+    model = backbone(gating="gru")
+    model.save_pretrained(tmp_path)
+    loaded = TransformerXLBackbone.from_pretrained(tmp_path)
+    x, starts = packed_row([6, 6])
+    with torch.no_grad():
+        torch.testing.assert_close(run_in_segments(loaded, x, starts, L), run_in_segments(model, x, starts, L),
+                                   rtol=0, atol=0)

@@ -1,0 +1,188 @@
+"""The PPO agent with a Transformer-XL memory (``txl rl``).
+
+* Two-path parity: the log-probabilities and values that collection computed one step at a time equal those the
+  update computes when it replays the collected windows from the saved memory and ``starts`` (before any gradient
+  step), for the GTrXL core, the ungated core, the core without memory and the GRU baseline.
+* Learning: on a memory task (remember the first cue until the last step) the agent learns within the test budget;
+  the same agent with ``--mem-len 0`` cannot, since the last observation holds no cue.
+* Bad input is one line and exit 2; ``--json`` prints the fields it promises; a run resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from transformer_xl.cli import main
+from transformer_xl.rl import AgentConfig, MemoryAgent, PPOConfig, ppo
+from transformer_xl.rl.envs import ObservationEncoder, make_envs
+from transformer_xl.rl.runner import RLSettings, train_agent
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
+                                reason="txl rl needs the rl extra (gymnasium)")
+ENV_ID = "txltest/CueMemory-v0"  # tests/rl/cue_env.py
+BOX_ID = "txltest/BoxActions-v0"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _test_envs():
+    """Register the test environments (gymnasium is imported only when the rl extra is there)."""
+    import gymnasium as gym
+    from cue_env import BoxActions, CueMemory
+
+    for env_id, entry in ((ENV_ID, CueMemory), (BOX_ID, BoxActions)):
+        if env_id not in gym.envs.registry:
+            gym.register(env_id, entry_point=entry)
+
+
+SMALL = dict(d_model=32, n_layer=1, n_head=2, d_head=16, d_inner=64, window=4)
+
+
+def collect(agent_config: dict, env_id=ENV_ID, envs=6, rollout=24, seed=0, times=2):
+    torch.manual_seed(seed)
+    vec, first = make_envs(env_id, envs, seed)
+    encoder = ObservationEncoder(vec.single_observation_space)
+    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=int(vec.single_action_space.n), **agent_config))
+    with torch.no_grad():  # far from the initial near-uniform policy, so that what the memory holds shows
+        for name, p in agent.named_parameters():
+            if not name.endswith(("norm.weight", "b_g")):
+                p.normal_(0.0, 0.3)
+    collector = ppo.Collector(vec, encoder, agent, first)
+    batches = [collector.collect(rollout, agent.config.window) for _ in range(times)]  # later ones start mid-episode
+    vec.close()
+    return agent, batches
+
+
+ENVS = [(ENV_ID, 24, 2), ("popgym-RepeatPreviousEasy-v0", 32, 2)]  # (id, rollout, iterations): 51-step episodes
+
+
+@pytest.mark.parametrize("env_id,rollout,times", ENVS, ids=["cue", "popgym"])
+@pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(gating="none", mem_len=3),
+                                  dict(mem_len=0), dict(core="gru")], ids=["gtrxl", "trxl", "no-memory", "gru"])
+def test_update_replays_what_collection_computed(core, env_id, rollout, times):
+    if env_id.startswith("popgym"):
+        pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
+    agent, batches = collect({**SMALL, **core}, env_id, rollout=rollout, times=times)
+    window = agent.config.window
+    assert any(batch.starts[1:].any() for batch in batches)  # episodes began inside a rollout
+    for batch in batches:
+        rows = torch.arange(batch.obs.size(0) // window * batch.obs.size(1))
+        with torch.no_grad():
+            log_probs, values, _ = ppo.replay(agent, batch, rows, window)
+        torch.testing.assert_close(log_probs, ppo.windows(batch.log_probs, window), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, ppo.windows(batch.values, window), rtol=1e-5, atol=1e-5)
+
+
+def test_replay_depends_on_the_saved_memory():
+    """The parity above can fail: replaying from a fresh memory instead of the saved one changes the numbers."""
+    agent, batches = collect({**SMALL, "mem_len": 5})
+    batch = batches[1]
+    fresh = agent.initial_state(batch.obs.size(1))
+    batch.window_states = [fresh for _ in batch.window_states]
+    rows = torch.arange(batch.obs.size(0) // 4 * batch.obs.size(1))
+    with torch.no_grad():
+        log_probs, _, _ = ppo.replay(agent, batch, rows, 4)
+    assert not torch.allclose(log_probs, ppo.windows(batch.log_probs, 4), atol=1e-5)
+
+
+def learn(tmp_path, mem_len: int, steps: int = 32_768):
+    settings = RLSettings(env_id=ENV_ID, steps=steps, seed=3, run_dir=str(tmp_path / f"mem{mem_len}"),
+                          progress=False, tensorboard=False, save_every=1000,
+                          agent={**SMALL, "mem_len": mem_len},
+                          ppo=PPOConfig(envs=16, rollout=32, epochs=4, minibatches=4, lr=2e-3))
+    return train_agent(settings)
+
+
+def test_agent_learns_a_memory_task_that_no_memory_cannot(tmp_path):
+    remembering = learn(tmp_path, mem_len=6)
+    forgetting = learn(tmp_path, mem_len=0)
+    assert remembering.mean_return > 0.8, remembering
+    assert forgetting.mean_return < 0.3, forgetting
+
+
+def test_json_result_and_run_directory(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["rl", ENV_ID, "--steps", "256", "--envs", "4", "--rollout", "32", "--window", "4",
+                 "--minibatches", "2", "--d-model", "16", "--n-layer", "1", "--mem-len", "4", "--run-dir", str(run),
+                 "--json", "--no-progress"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(out) == 1
+    result = json.loads(out[0])
+    assert {"env", "steps", "seconds", "mean_return", "episodes"} <= set(result)
+    assert result["env"] == ENV_ID and result["steps"] == 256 and 256 // 6 - 4 <= result["episodes"] <= 256 // 3
+    assert (run / "agent" / "agent.json").is_file() and (run / "metrics.jsonl").is_file()
+    assert (run / "run.yaml").is_file() and list((run / "checkpoints").iterdir())
+    agent = MemoryAgent.from_pretrained(run)
+    assert agent.config.mem_len == 4 and not agent.training
+
+
+def test_resume_goes_on_from_the_checkpoint(tmp_path, capsys):
+    args = ["rl", ENV_ID, "--envs", "4", "--rollout", "32", "--window", "4", "--minibatches", "2", "--d-model", "16",
+            "--n-layer", "1", "--mem-len", "4", "--run-dir", str(tmp_path / "run"), "--json", "--no-progress"]
+    assert main(args + ["--steps", "256"]) == 0
+    assert main(args + ["--steps", "512"]) == 2  # no --resume: refused
+    assert "already holds checkpoints; pass --resume" in capsys.readouterr().err
+    assert main(args + ["--steps", "512", "--resume"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["steps"] == 512
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [128, 256, 384, 512]
+    assert main(args + ["--steps", "768", "--resume", "--mem-len", "2"]) == 2  # another agent: refused
+    assert "differs in mem_len" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["rl", "popgym-RepeatFirstEsay-v0"], "unknown environment id 'popgym-RepeatFirstEsay-v0'; did you mean "
+                                          "popgym-RepeatFirstEasy-v0"),
+    (["rl", BOX_ID], "supports discrete actions (Discrete(n)) only"),
+    (["rl", ENV_ID, "--mem-len", "-1"], "--mem-len: must be >= 0, got -1"),
+    (["rl", ENV_ID, "--rollout", "30", "--window", "4"], "rollout: must be a multiple of the window (4), got 30"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, expected):
+    code = main(argv + ["--run-dir", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "run").exists()  # nothing written for a refused run
+
+
+def test_missing_extra_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gymnasium", None)  # as if the rl extra were not installed
+    code = main(["rl", ENV_ID, "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ['txl rl: error: txl rl needs gymnasium: pip install "transformer-xl[rl]"']
+
+
+def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
+    """SIGINT during a run: the iteration finishes, a checkpoint is written, one line gives the command that
+    resumes it, exit 130; that command goes on from the checkpoint's step."""
+
+    pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "transformer_xl", "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "1000000",
+            "--envs", "4", "--rollout", "32", "--window", "4", "--minibatches", "2", "--d-model", "16",
+            "--n-layer", "1", "--mem-len", "4", "--run-dir", str(run), "--no-progress"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert child.returncode == 130, err
+    assert lines[-1].startswith("interrupted by SIGINT at step ") and lines[-1].endswith(
+        f"checkpoint written; continue with: txl rl popgym-RepeatPreviousEasy-v0 --resume --run-dir {run}"), lines
+    assert not any("Traceback" in line for line in lines)
+    step = int(lines[-1].split("at step ")[1].split(":")[0])
+    assert 0 < step < 1_000_000 and (run / "checkpoints" / f"step_{step:08d}" / "COMPLETE").is_file()
+    resumed = subprocess.run(args[:6] + [str(step + 128)] + args[7:] + ["--resume", "--json"], capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 128
