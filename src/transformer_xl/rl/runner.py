@@ -47,7 +47,7 @@ class RLSettings:
     environment's sizes; ``ppo``: :class:`~.ppo.PPOConfig`."""
 
     env_id: str
-    steps: int = 400_000
+    steps: int = 300_000
     seed: int = 1
     run_dir: str = "runs/rl"
     resume: bool = False
