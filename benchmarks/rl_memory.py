@@ -56,6 +56,8 @@ def run_one(task: str, flags: list, seed: int, steps: int, root: Path) -> dict:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     hit = next((r["step"] for r in records if (r.get("mean_return") or -1e9) >= SOLVED), None)
+    print(f"  {task} {' '.join(flags) or '(defaults)'} seed {seed}: mean return {result['mean_return']:.3f}, "
+          f"0.9 reached at {hit}, {wall:.0f} s", flush=True)
     return {**result, "wall": wall, "solved_at": hit}
 
 
