@@ -22,7 +22,6 @@ from torch import Tensor, nn
 
 from .ops.linear import linear
 
-
 #: Rows of the output layer computed at a time without gradients: ``[64, V]`` float32 logits of a 10k vocabulary
 #: are 2.5 MB, about a core's L2 cache.
 ROW_BLOCK = 64
