@@ -20,7 +20,8 @@ the per-round time ratios, original / ours, with the machine's CPU flags:
   ``eval.py`` and ``txl eval`` both under ``torch.no_grad()``);
 - ``bf16``: our training step under CPU bf16 autocast against the original's fp32 step;
 - ``eval-bf16``: our evaluation with the weights cast to bf16 once (``txl eval --precision bf16``) against the
-  original's fp32 evaluation; the loss difference of the two over the timed segments is printed beside it.
+  original's fp32 evaluation;
+- ``eval-bf16-compile``: the same with ``torch.compile`` (inductor) around our model.
 
 Default model: the issue's base-like configuration (4 layers, d_model 256, 8 heads of 32, d_inner 1024,
 tgt_len = mem_len = 128, batch 8, vocabulary 10k, no adaptive softmax, dropout 0.1).
@@ -45,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import add_model_args, cpu_description
 from train_step import token_stream
 
-MODES = ("train", "eval", "bf16", "eval-bf16")
+MODES = ("train", "eval", "bf16", "eval-bf16", "eval-bf16-compile")
 
 
 def load_original(folder: Path) -> types.ModuleType:
@@ -160,8 +161,10 @@ def check_same(original, args, rows) -> float:
 def time_mode(mode, original, args, rows) -> list:
     """Per-round ratios original / ours for one mode, the two models alternating round by round."""
     ours, theirs = build_pair(original, args)
-    if mode == "eval-bf16":
+    if mode.startswith("eval-bf16"):
         ours = ours.to(torch.bfloat16)  # the weights cast once, as txl eval --precision bf16 loads them
+    if mode.endswith("compile"):
+        ours.compile()  # txl eval --compile
     runners = {"ours": Ours(ours, args, "bf16" if mode == "bf16" else "fp32"), "original": Theirs(theirs, args)}
     L, per_round = args.tgt_len, args.steps + 1
     ratios, seconds = [], {"ours": [], "original": []}
@@ -215,7 +218,8 @@ def main() -> None:
         ratios, med = time_mode(mode, original, args, rows)
         label = {"train": "training step, fp32", "eval": "evaluation (no grad), fp32",
                  "bf16": "training step, ours bf16 autocast vs original fp32",
-                 "eval-bf16": "evaluation (no grad), ours bf16 weights vs original fp32"}[mode]
+                 "eval-bf16": "evaluation (no grad), ours bf16 weights vs original fp32",
+                 "eval-bf16-compile": "evaluation (no grad), ours bf16 weights + torch.compile vs original fp32"}[mode]
         print(f"| {label} | {1e3 * med['original']:.1f} | {1e3 * med['ours']:.1f} "
               f"| **{statistics.median(ratios):.2f}x** "
               f"| {min(ratios):.2f}x | {max(ratios):.2f}x |", flush=True)
