@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description  # noqa: E402
+from common import cpu_description
 
 
 def main() -> None:
