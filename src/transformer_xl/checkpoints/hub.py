@@ -267,9 +267,10 @@ def _locate_local(path: Path, source: str, label: str) -> Located:
 
 # ---------------------------------------------------------------------------- the hub
 def _hub():
-    """``huggingface_hub`` with its ``errors`` module loaded (its attributes load lazily)."""
+    """``huggingface_hub`` with its ``errors`` and ``constants`` modules loaded (its attributes load lazily)."""
     try:
         import huggingface_hub
+        import huggingface_hub.constants
         import huggingface_hub.errors
     except ImportError:
         raise CheckpointError(HUB_EXTRA_HINT) from None
@@ -380,9 +381,11 @@ def _fetch(hub, repo_id: str, filename: str, revision, cache_dir, token, endpoin
     ``local_only``); None when the repository has no such file (or the cache does not hold it). Every other
     failure is one CheckpointError line."""
     errors = hub.errors
+    # HF_ENDPOINT set after huggingface_hub was imported (it reads it once) is passed on; else its own
+    where_from = {"endpoint": endpoint} if endpoint and endpoint != hub.constants.ENDPOINT else {}
     try:
         return Path(hub.hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir, token=token,
-                                        local_files_only=local_only, endpoint=endpoint))
+                                        local_files_only=local_only, **where_from))
     except errors.GatedRepoError:
         raise CheckpointError(f"{where}: a gated repository; accept its terms on the hub and set HF_TOKEN") from None
     except errors.RepositoryNotFoundError:
