@@ -6,9 +6,11 @@
 3. recompute: no memory; the whole window of M+1 tokens is run again for every token.
 
 Each method sees the same M+1 positions per new token (tgt_len 1, mem_len M). Prints a markdown
-table. Example:
+table, one per precision of the weights (``--precisions fp32 bf16``: cast once, as ``txl generate --precision``).
+Example:
 
     python benchmarks/generate.py --mem-lens 128 512 2048 --tokens 16
+    python benchmarks/generate.py --mem-lens 512 2048 --precisions fp32 bf16 --threads 2
 """
 
 from __future__ import annotations
@@ -77,10 +79,16 @@ def main() -> None:
     parser.add_argument("--n-head", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=10000)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = build_model(args)
+    for precision in args.precisions:
+        print(f"\nweights: {precision}")
+        table(build_model(args).to(torch.bfloat16 if precision == "bf16" else torch.float32), args)
+
+
+def table(model, args) -> None:
     print(f"model: n_layer {args.n_layer}, d_model {args.d_model}, n_head {args.n_head}, vocab {args.vocab}; "
           f"{torch.get_num_threads()} threads; {args.tokens} tokens per cell, batch 1")
     print("| M | cached ms/tok | reproject ms/tok | recompute ms/tok | cached tok/s | speed-up vs reproject "

@@ -7,6 +7,7 @@ and the steps are those of ``benchmarks/vs_original.py`` (same weights, same tok
 
     python benchmarks/profile_step.py --modes eval train --original ~/transformer-xl/pytorch
     python benchmarks/profile_step.py --modes eval --top 25          # also the 25 costliest ops of ours
+    python benchmarks/profile_step.py --modes eval eval-bf16 --top 15  # evaluation, fp32 and bf16 weights
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def group_of(name: str) -> str:
 
 
 def profile_runner(runner, mode, rows, L, steps):
-    step = runner.eval_step if mode == "eval" else runner.train_step
+    step = runner.eval_step if mode.startswith("eval") else runner.train_step
     for s in range(2):
         step(rows[:, s * L:(s + 1) * L], rows[:, s * L + 1:(s + 1) * L + 1])
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -69,7 +70,7 @@ def profile_runner(runner, mode, rows, L, steps):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--original", default=os.environ.get("TXL_ORIGINAL_DIR"))
-    parser.add_argument("--modes", nargs="+", default=["eval", "train"], choices=["eval", "train", "bf16"])
+    parser.add_argument("--modes", nargs="+", default=["eval", "train"], choices=["eval", "train", "bf16", "eval-bf16"])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest ops of ours")
     parser.add_argument("--threads", type=int, default=0)
@@ -85,10 +86,13 @@ def main() -> None:
     rows = token_stream(args.vocab, args.batch * (12 * args.tgt_len + 1)).view(args.batch, -1)
     for mode in args.modes:
         ours_model, theirs_model = build_pair(original, args) if original else (build_ours(args), None)
+        if mode == "eval-bf16":
+            ours_model = ours_model.to(torch.bfloat16)  # the weights cast once (txl eval --precision bf16)
         runners = {"ours": Ours(ours_model, args, "bf16" if mode == "bf16" else "fp32")}
         if original:
             runners["original"] = Theirs(theirs_model, args)
-        results = {name: profile_runner(r, "eval" if mode == "eval" else "train", rows, args.tgt_len, args.steps)
+        results = {name: profile_runner(r, "train" if mode in ("train", "bf16") else "eval", rows, args.tgt_len,
+                                        args.steps)
                    for name, r in runners.items()}
         print(f"\n### {mode}: ms per step by op group (self CPU time, {args.steps} steps)\n")
         names = list(results)

@@ -18,7 +18,10 @@ the per-round time ratios, original / ours, with the machine's CPU flags:
   what ``txl train`` uses), dropout 0.1 in both;
 - ``eval``: forward with memory and no gradient, as each project's evaluation runs it (the original's
   ``eval.py`` and ``txl eval`` both under ``torch.no_grad()``);
-- ``bf16``: our training step under CPU bf16 autocast against the original's fp32 step.
+- ``bf16``: our training step under CPU bf16 autocast against the original's fp32 step;
+- ``eval-bf16``: our evaluation with the weights cast to bf16 once (``txl eval --precision bf16``) against the
+  original's fp32 evaluation;
+- ``eval-bf16-compile``: the same with ``torch.compile`` (inductor) around our model.
 
 Default model: the issue's base-like configuration (4 layers, d_model 256, 8 heads of 32, d_inner 1024,
 tgt_len = mem_len = 128, batch 8, vocabulary 10k, no adaptive softmax, dropout 0.1).
@@ -43,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import add_model_args, cpu_description
 from train_step import token_stream
 
-MODES = ("train", "eval", "bf16")
+MODES = ("train", "eval", "bf16", "eval-bf16", "eval-bf16-compile")
 
 
 def load_original(folder: Path) -> types.ModuleType:
@@ -158,6 +161,10 @@ def check_same(original, args, rows) -> float:
 def time_mode(mode, original, args, rows) -> list:
     """Per-round ratios original / ours for one mode, the two models alternating round by round."""
     ours, theirs = build_pair(original, args)
+    if mode.startswith("eval-bf16"):
+        ours = ours.to(torch.bfloat16)  # the weights cast once, as txl eval --precision bf16 loads them
+    if mode.endswith("compile"):
+        ours.compile()  # txl eval --compile
     runners = {"ours": Ours(ours, args, "bf16" if mode == "bf16" else "fp32"), "original": Theirs(theirs, args)}
     L, per_round = args.tgt_len, args.steps + 1
     ratios, seconds = [], {"ours": [], "original": []}
@@ -165,7 +172,7 @@ def time_mode(mode, original, args, rows) -> list:
         order = ("ours", "original") if r % 2 == 0 else ("original", "ours")
         for name in order:
             runner = runners[name]
-            step = runner.eval_step if mode == "eval" else runner.train_step
+            step = runner.eval_step if mode.startswith("eval") else runner.train_step
             runner.mems = None if name == "ours" else tuple()  # each round starts from a fresh memory
             start = 0.0
             for i in range(per_round):
@@ -210,7 +217,9 @@ def main() -> None:
     for mode in args.modes:
         ratios, med = time_mode(mode, original, args, rows)
         label = {"train": "training step, fp32", "eval": "evaluation (no grad), fp32",
-                 "bf16": "training step, ours bf16 autocast vs original fp32"}[mode]
+                 "bf16": "training step, ours bf16 autocast vs original fp32",
+                 "eval-bf16": "evaluation (no grad), ours bf16 weights vs original fp32",
+                 "eval-bf16-compile": "evaluation (no grad), ours bf16 weights + torch.compile vs original fp32"}[mode]
         print(f"| {label} | {1e3 * med['original']:.1f} | {1e3 * med['ours']:.1f} "
               f"| **{statistics.median(ratios):.2f}x** "
               f"| {min(ratios):.2f}x | {max(ratios):.2f}x |", flush=True)

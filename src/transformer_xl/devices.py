@@ -12,6 +12,8 @@ from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+
 
 def resolve_device(name: str) -> torch.device:
     """``'auto'`` (CUDA when available, else CPU), ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or ``'mps'``.
@@ -41,12 +43,21 @@ def resolve_device(name: str) -> torch.device:
     raise ConfigError(f"device: {name!r} is not supported; expected auto, cpu, cuda, cuda:N or mps")
 
 
+def weights_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype inference casts the weights to once (``--precision`` of eval, score, generate, context, lm-eval and
+    export): float32, bfloat16 or float16 (CUDA only). bf16 on a CPU without native bf16 instructions falls back
+    to float32 with one warning line, as :func:`autocast_dtype` does."""
+    return autocast_dtype(precision, device) or torch.float32
+
+
 def autocast_dtype(precision: str, device: torch.device):
     """The autocast dtype of ``precision`` on ``device``, or None for fp32.
 
     bf16 on a CPU without native bf16 instructions (avx512_bf16 or AMX) falls back to fp32 with one warning line:
     there, oneDNN emulates bf16 products and a training step ran 25x slower than in fp32.
     """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return None
     if precision == "fp16" and device.type != "cuda":

@@ -76,7 +76,8 @@ EXTRA_HINT = str(missing_extra("lm-eval", "lm-eval"))
 
 MODEL_NAME = "transformer-xl"
 LENGTHS = ("tgt_len", "mem_len", "clamp_len", "same_length")
-MODEL_ARGS = ("pretrained", "revision", *LENGTHS, "device", "batch_size", "max_batch_size", "max_gen_toks")
+MODEL_ARGS = ("pretrained", "revision", *LENGTHS, "device", "batch_size", "max_batch_size", "max_gen_toks",
+              "precision")
 IGNORED_ARGS = ("trust_remote_code",)  # lm-eval's CLI adds it with --trust_remote_code; nothing here runs remote code
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
 AUTO_BATCH_MAX = 64
@@ -156,7 +157,8 @@ class TransformerXLLM(LM):
     continuations scored after their context, and cached generation, ``batch_size`` requests per forward pass."""
 
     def __init__(self, pretrained=None, revision=None, tgt_len=None, mem_len=None, clamp_len=None,
-                 same_length=None, device=None, batch_size=1, max_batch_size=None, max_gen_toks=256, **other):
+                 same_length=None, device=None, batch_size=1, max_batch_size=None, max_gen_toks=256, precision="fp32",
+                 **other):
         super().__init__()
         unknown = sorted(set(other) - set(IGNORED_ARGS))
         if unknown:
@@ -168,7 +170,7 @@ class TransformerXLLM(LM):
         given = dict(tgt_len=_int_arg("tgt_len", tgt_len, 1), mem_len=_int_arg("mem_len", mem_len, 0),
                      clamp_len=_int_arg("clamp_len", clamp_len, -1), same_length=_bool_arg("same_length", same_length))
         self.ckpt = open_checkpoint(str(pretrained), None if revision is None else str(revision),
-                                    device=_device(device), **given)
+                                    device=_device(device), precision=str(precision), **given)
         _apply_run_lengths(self.ckpt, given)
         self.model, self.tokenizer = self.ckpt.model, self.ckpt.tokenizer
         self._device = next(self.model.parameters()).device

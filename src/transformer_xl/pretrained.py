@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import torch
+
 from .checkpoints.hub import STEP_DIR, VOCAB_NAMES, Located, locate
 from .checkpoints.loading import load_located, model_config
-from .devices import resolve_device
+from .devices import resolve_device, weights_dtype
 from .errors import CheckpointError, DataError
 from .evaluation.score import TextScore, score_text
 from .generation.text import generate_text
@@ -115,16 +117,17 @@ class FoundCheckpoint:
     def run(self) -> RunInfo:
         return RunInfo.of(self.located)
 
-    def load_model(self, device="cpu") -> TransformerXL:
-        """The model in evaluation mode on ``device``, its run-time lengths set."""
-        model = load_located(self.located, TransformerXL, resolve_device(device))
+    def load_model(self, device="cpu", dtype: Optional[torch.dtype] = None) -> TransformerXL:
+        """The model in evaluation mode on ``device`` with its weights cast once to ``dtype`` (None: float32), its
+        run-time lengths set."""
+        model = load_located(self.located, TransformerXL, resolve_device(device), dtype)
         model.set_lengths(self.lengths)
         return model
 
-    def open(self, device="cpu", require_tokenizer: bool = True) -> Checkpoint:
+    def open(self, device="cpu", require_tokenizer: bool = True, dtype: Optional[torch.dtype] = None) -> Checkpoint:
         """The model (:meth:`load_model`) and its tokenizer (None when it has none and none is required)."""
         tokenizer = _open_tokenizer(self.located, self.config, require_tokenizer, self.label)
-        return Checkpoint(self.load_model(device), tokenizer, self.run)
+        return Checkpoint(self.load_model(device, dtype), tokenizer, self.run)
 
 
 def find_checkpoint(name_or_path, revision: Optional[str] = None, *, cache_dir=None, token=None,
@@ -139,18 +142,21 @@ def find_checkpoint(name_or_path, revision: Optional[str] = None, *, cache_dir=N
 
 def open_checkpoint(name_or_path, revision: Optional[str] = None, *, device="cpu", require_tokenizer: bool = True,
                     cache_dir=None, token=None, local_files_only: bool = False, label: str = "",
-                    **lengths) -> Checkpoint:
+                    precision: str = "fp32", **lengths) -> Checkpoint:
     """Open the model named by ``name_or_path`` (see the module docstring) with its tokenizer.
 
     ``device``: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``. ``lengths``: run-time ``tgt_len``,
     ``ext_len``, ``mem_len``, ``clamp_len``, ``same_length`` (default: the checkpoint's), checked before the
     weights are read. ``require_tokenizer``: a checkpoint without a vocabulary is an error (else ``tokenizer``
     is None). ``revision``, ``cache_dir``, ``token``, ``local_files_only``: for hub ids (``huggingface_hub``).
+    ``precision``: ``fp32``, ``bf16`` (the weights cast once; on a CPU without native bf16, fp32 with one warning
+    line) or ``fp16`` (CUDA).
     """
     device = resolve_device(device)
+    dtype = weights_dtype(precision, device)
     found = find_checkpoint(name_or_path, revision, cache_dir=cache_dir, token=token,
                             local_files_only=local_files_only, label=label, **lengths)
-    return found.open(device, require_tokenizer)
+    return found.open(device, require_tokenizer, dtype)
 
 
 def _open_tokenizer(located: Located, config: TransformerXLConfig, required: bool,

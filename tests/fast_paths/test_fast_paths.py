@@ -82,7 +82,7 @@ def test_streamed_keys_with_hidden_memory_and_padding():
 
 
 def test_kv_buffer_equals_concatenation():
-    from transformer_xl.generation.decoding_cache import KVBuffer
+    from transformer_xl.model.kv_cache import KVBuffer
 
     gen = torch.Generator().manual_seed(0)
     buf = KVBuffer(torch.zeros(2, 3, 0, 4))

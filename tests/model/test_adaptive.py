@@ -83,3 +83,22 @@ def test_bf16_autocast_keeps_log_softmax_in_float32(div_val):
     assert lp.dtype == torch.float32 and full.dtype == torch.float32
     torch.testing.assert_close(full.exp().sum(-1), torch.ones(20), rtol=0, atol=1e-4)
     torch.testing.assert_close(lp, crit(hidden, target), rtol=0.05, atol=0.05)
+
+
+def test_target_log_probs_by_row_blocks_equal_the_whole():
+    """Without gradients a one-cluster softmax computes the target log-probabilities ROW_BLOCK rows at a time; they
+    equal the log-softmax of all rows at once (the path with gradients), for a row count not a multiple of it."""
+    from transformer_xl.model.adaptive import ROW_BLOCK, ProjectedAdaptiveLogSoftmax
+
+    torch.manual_seed(3)
+    crit = ProjectedAdaptiveLogSoftmax(300, 24, 32, [], 1)
+    for p in crit.parameters():
+        torch.nn.init.normal_(p, 0.0, 0.3)
+    n = 2 * ROW_BLOCK + 17
+    hidden, target = torch.randn(n, 32), torch.randint(0, 300, (n,))
+    with torch.no_grad():
+        blocks = crit(hidden, target)
+    whole = crit(hidden.requires_grad_(), target).detach()
+    want = torch.log_softmax(crit._logit(hidden.detach(), 0), dim=-1).gather(1, target[:, None]).squeeze(1)
+    torch.testing.assert_close(blocks, whole, rtol=0, atol=1e-6)
+    torch.testing.assert_close(blocks, want, rtol=0, atol=1e-6)

@@ -36,11 +36,12 @@ def load_safetensors(path) -> Dict[str, torch.Tensor]:
 
 
 def open_model(model_class, name_or_path, revision: Optional[str] = None, map_location="cpu", *, cache_dir=None,
-               token=None, local_files_only: bool = False):
-    """``model_class.from_pretrained(name_or_path, ...)``: locate the config and weights, build, load, eval mode."""
+               token=None, local_files_only: bool = False, dtype: Optional[torch.dtype] = None):
+    """``model_class.from_pretrained(name_or_path, ...)``: locate the config and weights, build, load, eval mode,
+    the weights cast once to ``dtype`` (None: as saved, float32)."""
     located = locate(name_or_path, revision, parts=("config", "weights"), cache_dir=cache_dir, token=token,
                      local_files_only=local_files_only)
-    return load_located(located, model_class, map_location)
+    return load_located(located, model_class, map_location, dtype)
 
 
 register_opener(open_model)
@@ -61,12 +62,13 @@ def model_config(located: Located) -> TransformerXLConfig:
         raise CheckpointError(f"{located.config_path}: {exc}") from None
 
 
-def load_located(located: Located, model_class, map_location="cpu"):
-    """Build ``model_class`` from a located folder and read its weights; evaluation mode. Bit-exact for our
-    own folders; HuggingFace folders are mapped by :func:`~.layouts.prepare_state_dict`."""
+def load_located(located: Located, model_class, map_location="cpu", dtype: Optional[torch.dtype] = None):
+    """Build ``model_class`` from a located folder and read its weights; evaluation mode, on ``map_location``, the
+    weights cast once to ``dtype`` (None: float32). Bit-exact for our own folders; HuggingFace folders are mapped
+    by :func:`~.layouts.prepare_state_dict`."""
     model = model_class(model_config(located))
     load_into(model, read_weights(located, model), str(located.weights_path))
-    return model.to(map_location).eval()
+    return model.to(map_location, dtype=dtype).eval()
 
 
 def read_weights(located: Located, model) -> Dict[str, torch.Tensor]:

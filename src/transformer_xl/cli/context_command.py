@@ -10,7 +10,7 @@ import json
 
 from ..evaluation.metrics import metric_label
 from ..jobs import ContextSettings, context_curves
-from .options import add_checkpoint_args, add_corpus_args, at_least, checks, corpus_choice
+from .options import add_checkpoint_args, add_corpus_args, add_precision_arg, at_least, checks, corpus_choice
 
 
 def add(sub) -> None:
@@ -30,6 +30,7 @@ def add(sub) -> None:
     p.add_argument("--json", action="store_true")
     add_corpus_args(p, "read")
     p.add_argument("--device", default="auto")
+    add_precision_arg(p)
     p.set_defaults(func=run_context,
                    **checks(at_least("--lengths", 1), at_least("--batch-size", 1), at_least("--max-tokens", 1)))
 
@@ -38,7 +39,8 @@ def run_context(args) -> int:
     """``txl context``: per-model curves of loss against context length, and RECL for a group."""
     settings = ContextSettings(lengths=args.lengths, split=args.split, batch_size=args.batch_size,
                                max_tokens=args.max_tokens, names=args.names, plot=args.plot,
-                               corpus=corpus_choice(args), device=args.device, revision=args.revision)
+                               corpus=corpus_choice(args), device=args.device, revision=args.revision,
+                               precision=args.precision)
     done = context_curves(args.checkpoints, settings)
     if args.json:
         print(json.dumps(done.to_dict(), sort_keys=True))

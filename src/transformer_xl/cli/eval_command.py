@@ -15,6 +15,7 @@ from .options import (
     add_attention_args,
     add_checkpoint_args,
     add_corpus_args,
+    add_precision_arg,
     at_least,
     attention_option,
     checks,
@@ -44,8 +45,7 @@ def add(sub) -> None:
                    help="evaluate only the first N segments (with --mode sliding: N predictions per row)")
     add_corpus_args(p, "evaluate on")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
-                   help="autocast precision of the forward passes (fp16 needs a GPU)")
+    add_precision_arg(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model first (pays off on long evaluations)")
     add_attention_args(p)

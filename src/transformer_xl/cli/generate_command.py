@@ -43,7 +43,7 @@ def run_generate(args) -> int:
                                 max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
                                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                 repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop or (),
-                                decoding=args.decoding, revision=args.revision)
+                                decoding=args.decoding, revision=args.revision, precision=args.precision)
     out = sys.stdout
 
     def write(piece: str) -> None:

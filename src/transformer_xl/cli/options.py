@@ -84,6 +84,14 @@ def add_inference_args(p) -> None:
     p.add_argument("--tgt-len", type=int, help="segment length (default: training value)")
     p.add_argument("--mem-len", type=int, help="memory length (default: training value)")
     p.add_argument("--device", default="auto")
+    add_precision_arg(p)
+
+
+def add_precision_arg(p) -> None:
+    """``--precision``: the dtype the weights are cast to once when the model is loaded."""
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="the weights' precision, cast once at load: fp32 (default), bf16 (CPUs with avx512_bf16 or "
+                        "AMX, and GPUs; elsewhere fp32 with a warning), fp16 (GPUs)")
 
 
 # ---------------------------------------------------------------------------- the attention

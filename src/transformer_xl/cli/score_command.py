@@ -27,7 +27,7 @@ def add(sub) -> None:
 
 def run_score(args) -> int:
     settings = ScoreSettings(tgt_len=args.tgt_len, mem_len=args.mem_len, device=args.device, doc_sep=args.doc_sep,
-                             keep_tokens=args.tokens, revision=args.revision)
+                             keep_tokens=args.tokens, revision=args.revision, precision=args.precision)
     done = score_file(args.checkpoint, args.file, settings)
     summary, result = done.to_dict(), done.score
     if args.json:

@@ -1,6 +1,6 @@
 """Generation and scoring with exactly cached memory."""
 
-from .decoding_cache import DecodingCache
+from ..model.kv_cache import DecodingCache
 from .generate import SegmentDecoder, generate
 from .sampling import SamplingConfig
 

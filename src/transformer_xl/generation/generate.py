@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..model.config import DECODINGS
-from .decoding_cache import DecodingCache
+from ..model.kv_cache import DecodingCache
 from .sampling import SamplingConfig, next_token
 
 OnToken = Callable[[int, Tensor], None]  # (step, tokens [B]) -> None, for streaming

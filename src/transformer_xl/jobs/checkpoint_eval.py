@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..devices import autocast_dtype, resolve_device
+from ..devices import resolve_device, weights_dtype
 from ..evaluation import EvalResult, EvalSettings, evaluate
 from ..evaluation.token_losses import WINDOWS_PER_CALL
 from ..model import RunLengths
@@ -33,7 +33,8 @@ from .eval_data import CorpusChoice, checkpoint_split
 class CheckpointEvalSettings:
     """How to evaluate a checkpoint: the split and where it comes from (``corpus``), the mode (``segment``: with
     memory; ``sliding``: a fresh window of ``tgt_len`` per prediction), run-time lengths (None: the checkpoint's),
-    the batch, at most ``max_steps`` segments (sliding: predictions per row), the device and autocast precision,
+    the batch, at most ``max_steps`` segments (sliding: predictions per row), the device and the precision the weights
+are cast to once (``fp32``, ``bf16``, ``fp16`` on CUDA),
     ``torch.compile``, and the attention (None: plain, or streamed when only it fits)."""
 
     split: str = "test"
@@ -80,19 +81,19 @@ def evaluate_checkpoint(name, settings: Optional[CheckpointEvalSettings] = None)
     s.corpus.check(s.split)
     found = find_checkpoint(name, s.revision, **s.lengths_given())
     device = resolve_device(s.device)
-    amp = autocast_dtype(s.precision, device)
+    dtype = weights_dtype(s.precision, device)  # cast once; no autocast around float32 weights
     plan = _memory_plan(found, s, device)
     plan(0)  # refuse before reading any data
     data = checkpoint_split(found, s.split, s.corpus)
     if device.type == "cpu" and data.keep_cpu_memory:
         keep_cpu_memory()
     choice = plan(data.ids.size)  # with the data's copy
-    model = found.load_model(device)
+    model = found.load_model(device, dtype)
     model.set_attention(*choice)
     if s.compile:
         model.compile()
     read = EvalSettings(batch_size=s.batch_size, lengths=found.lengths, level=data.level, max_steps=s.max_steps,
-                        device=device, autocast_dtype=amp, mode=s.mode)
+                        device=device, mode=s.mode)
     result = evaluate(model, data.ids, read)
     return CheckpointEval(result, str(found.located.directory), s.split, data.dataset, s.mode, found.lengths)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..analysis.figures import check_image_path, plot_context
-from ..devices import resolve_device
+from ..devices import resolve_device, weights_dtype
 from ..errors import DataError
 from ..evaluation.context import RECLResult, context_losses, recl
 from ..evaluation.metrics import metric_name, metric_value
@@ -43,6 +43,7 @@ class ContextSettings:
     plot: Optional[str] = "context.png"
     corpus: CorpusChoice = field(default_factory=CorpusChoice)
     device: str = "auto"
+    precision: str = "fp32"  # the weights' dtype, cast once: fp32 | bf16 | fp16 (CUDA)
     revision: Optional[str] = None
 
 
@@ -79,12 +80,13 @@ def context_curves(checkpoints: Sequence[str], settings: Optional[ContextSetting
         check_image_path(s.plot, "--plot")
     s.corpus.check(s.split)
     device = resolve_device(s.device)
+    dtype = weights_dtype(s.precision, device)
     found = [find_checkpoint(c, s.revision) for c in checkpoints]
     group, metric = {}, "ppl"
     for name, f in zip(names, found):
         choice = _memory_plan(f.config, s.batch_size, s.lengths, device)
         data = checkpoint_split(f, s.split, s.corpus)
-        model = f.load_model(device)
+        model = f.load_model(device, dtype)
         model.set_attention(*choice)
         metric = metric_name(data.level)
         group[name] = context_losses(model, data.ids, s.lengths, s.batch_size, s.max_tokens)

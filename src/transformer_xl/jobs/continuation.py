@@ -29,6 +29,7 @@ class GenerateSettings:
     tgt_len: Optional[int] = None
     mem_len: Optional[int] = None
     device: str = "auto"
+    precision: str = "fp32"  # the weights' dtype, cast once: fp32 | bf16 | fp16 (CUDA)
     max_new_tokens: int = 100
     do_sample: bool = True
     temperature: float = 1.0
@@ -46,7 +47,8 @@ def continue_prompt(name, prompt: str, settings: Optional[GenerateSettings] = No
     """The continuation of ``prompt`` by the checkpoint ``name``; once everything is checked, ``on_text`` gets the
     prompt, then each new piece of text as it comes."""
     s = settings or GenerateSettings()
-    ckpt = open_checkpoint(name, s.revision, device=s.device, tgt_len=s.tgt_len, mem_len=s.mem_len)
+    ckpt = open_checkpoint(name, s.revision, device=s.device, tgt_len=s.tgt_len, mem_len=s.mem_len,
+                           precision=s.precision)
     model, tokenizer = ckpt.model, ckpt.tokenizer
     ids = tokenizer.encode(prompt, warn_unknown=False)  # generate_text encodes (and warns) again below
     tokenizer.token_ids(s.stop)  # a bad stop token is refused before anything is handed over

@@ -29,6 +29,7 @@ class ScoreSettings:
     tgt_len: Optional[int] = None
     mem_len: Optional[int] = None
     device: str = "auto"
+    precision: str = "fp32"  # the weights' dtype, cast once: fp32 | bf16 | fp16 (CUDA)
     doc_sep: str = "blank"
     keep_tokens: bool = False
     revision: Optional[str] = None
@@ -63,7 +64,8 @@ def score_file(name, path, settings: Optional[ScoreSettings] = None) -> FileScor
     """Score the file ``path`` with the checkpoint ``name``, one row at a time (the streamed attention when only it
     fits)."""
     s = settings or ScoreSettings()
-    ckpt = open_checkpoint(name, s.revision, device=s.device, tgt_len=s.tgt_len, mem_len=s.mem_len)
+    ckpt = open_checkpoint(name, s.revision, device=s.device, tgt_len=s.tgt_len, mem_len=s.mem_len,
+                           precision=s.precision)
     path = Path(path)
     text = read_text_file(path)
     fit_loaded(ckpt.model, 1)

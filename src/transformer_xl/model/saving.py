@@ -85,16 +85,17 @@ class PretrainedMixin:
 
     @classmethod
     def from_pretrained(cls, name_or_path, revision: Optional[str] = None, map_location="cpu", *, cache_dir=None,
-                        token=None, local_files_only: bool = False):
+                        token=None, local_files_only: bool = False, dtype: Optional[torch.dtype] = None):
         """The model named by ``name_or_path``, in evaluation mode (as HuggingFace's ``from_pretrained``).
 
         ``name_or_path``: a folder saved by :meth:`save_pretrained`, a run directory (its ``best/``, else its
         last checkpoint), a HuggingFace TransfoXL folder (converted in memory), or a hub id ``org/name``
         (``revision``: a branch, tag or commit; ``cache_dir``, ``token``, ``local_files_only`` go to
-        ``huggingface_hub``, which also honours ``HF_HUB_OFFLINE`` and ``HF_TOKEN``). One
+        ``huggingface_hub``, which also honours ``HF_HUB_OFFLINE`` and ``HF_TOKEN``). ``dtype``: cast the weights
+        once (``torch.bfloat16`` for bf16 inference; None keeps float32). One
         :class:`~transformer_xl.errors.CheckpointError` line when it cannot be opened.
         """
         if _OPENER is None:  # only when the model package is used without the package above it
             raise CheckpointError("from_pretrained: import transformer_xl to register the checkpoint opener")
         return _OPENER(cls, name_or_path, revision, map_location, cache_dir=cache_dir, token=token,
-                       local_files_only=local_files_only)
+                       local_files_only=local_files_only, dtype=dtype)

@@ -161,8 +161,13 @@ def masked_softmax_attend(score: Tensor, v: Tensor, vis: Visibility, dropatt: nn
     score ``[B, H, L, K]``, already scaled and a fresh tensor (it is masked in place); v ``[B, H, K, D]``;
     ``vis.mask`` ``[L, K]`` or ``[B, L, K]``, True where attention is forbidden, key columns before
     ``vis.mask_start`` hold no True and are left alone. Returns ``[B, H, L, D]``.
+
+    The softmax is float32 where gradients are recorded (also under autocast: a copy only then). Without gradients
+    (inference with bf16 or fp16 weights) it runs on the 16-bit scores: PyTorch's kernel accumulates in float32 and
+    rounds each probability once, as the cast back to ``v``'s dtype would, without two ``[B, H, L, K]`` copies.
     """
-    score = score.float()  # softmax in float32 also under autocast (a copy only then)
+    if score.dtype == torch.float32 or torch.is_grad_enabled():
+        score = score.float()
     mask = vis.mask
     if mask is not None:
         mask = mask[:, None] if mask.dim() == 3 else mask  # [B|1, 1|L, L, K]

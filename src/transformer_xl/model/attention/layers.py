@@ -155,7 +155,7 @@ class RelativeAttention(QKVAttention):
                 mems: Optional[Tensor] = None, cache=None) -> Tensor:
         """h ``[B, L, d]``; pos = ``(R [K+1, d] for distances K..0, u, v)``; mems ``[B, M, d]`` -> ``[B, L, d]``.
 
-        With ``cache`` (a decoding cache's view of this layer, see :mod:`transformer_xl.generation.decoding_cache`) the
+        With ``cache`` (a decoding cache's view of this layer, see :mod:`transformer_xl.model.kv_cache`) the
         keys and values of earlier tokens are the cache's projections, extended by this call's, and the
         position keys are the cache's; ``pos``'s R is then unused.
         """

@@ -491,6 +491,16 @@ def rel_attention(q: Tensor, k: Tensor, v: Tensor, r_k: Tensor, r_w_bias: Tensor
     Returns:
         ``[B, H, L, D]`` in the dtype of ``q``; differentiable in q, k, v, r_k, r_w_bias, r_r_bias.
     """
+    _check_arguments(q, k, v, r_k, r_w_bias, r_r_bias, window, key_hidden, dropatt, block, episode)
+    if triton is None or not _HAS_GATHER:
+        raise RuntimeError("rel_attention: needs Triton >= 3.2 (for tl.gather), which is not installed")
+    if not is_available(q, k, v, r_k):
+        raise RuntimeError("rel_attention: needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)")
+    return _RelAttention.apply(q, k, v, r_k, r_w_bias, r_r_bias, float(scale), int(window), key_hidden, episode, block)
+
+
+def _check_arguments(q, k, v, r_k, r_w_bias, r_r_bias, window, key_hidden, dropatt, block, episode) -> None:
+    """One ValueError naming the argument whose shape, dtype or value :func:`rel_attention` cannot take."""
     if dropatt:
         raise ValueError(f"dropatt: the fused Triton attention has no attention dropout, got {dropatt}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -518,8 +528,3 @@ def rel_attention(q: Tensor, k: Tensor, v: Tensor, r_k: Tensor, r_w_bias: Tensor
         raise ValueError(f"episode: expected integer [{bsz}, {klen}], got {episode.dtype} {tuple(episode.shape)}")
     if block is not None and (block < 16 or block & (block - 1)):
         raise ValueError(f"block: expected a power of two >= 16, got {block}")
-    if triton is None or not _HAS_GATHER:
-        raise RuntimeError("rel_attention: needs Triton >= 3.2 (for tl.gather), which is not installed")
-    if not is_available(q, k, v, r_k):
-        raise RuntimeError("rel_attention: needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)")
-    return _RelAttention.apply(q, k, v, r_k, r_w_bias, r_r_bias, float(scale), int(window), key_hidden, episode, block)

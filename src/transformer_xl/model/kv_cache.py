@@ -33,8 +33,8 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from ..model.attention import Visibility, distances, forbidden, hide, sinusoid_table
-from ..model.config import DECODINGS
+from .attention import Visibility, distances, forbidden, hide, sinusoid_table
+from .config import DECODINGS
 
 PAD = -(1 << 62)  # the token index of padding: below any real index, zero-memory ones included
 
@@ -70,6 +70,10 @@ class KVBuffer:
 
     def drop_front(self, n: int) -> None:
         self.start += n
+
+    def keep_rows(self, n: int) -> None:
+        """The first ``n`` rows only (a view of the buffer)."""
+        self.data = self.data[:n]
 
 
 class DecodingCache:
@@ -218,6 +222,17 @@ class DecodingCache:
         """Feed ``input_ids [B, n]`` (True in ``padding_mask [B, n]`` = padding) through the model with this cache;
         returns the last layer's states ``[B, n, d_model]``."""
         return self.model.cached_transformer(input_ids, self, padding_mask, starts=starts)
+
+    def keep_rows(self, n: int) -> None:
+        """Keep the first ``n`` rows only (the others left the batch, e.g. documents that ended)."""
+        if not 0 < n <= self.batch_size:
+            raise ValueError(f"keep_rows: expected 1..{self.batch_size} rows, got {n}")
+        for buf in self.keys + self.values:
+            buf.keep_rows(n)
+        self.index, self.count, self.episode_first = self.index[:n], self.count[:n], self.episode_first[:n]
+        if self.prompt_end is not None:
+            self.prompt_end = self.prompt_end[:n]
+        self.batch_size = n
 
     def __len__(self) -> int:
         """Number of cached key positions (memory plus current segment, padding included)."""
