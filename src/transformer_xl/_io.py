@@ -43,14 +43,23 @@ def check_file(path: PathLike, what: str = "file") -> Path:
     return p
 
 
+class NotTextError(DataError):
+    """A file read as UTF-8 text holds a byte that is not; ``plain`` is the message without a hint, for callers
+    that know how their user reads such a file anyway (``--level byte`` on the command line)."""
+
+    def __init__(self, message: str, plain: str = ""):
+        super().__init__(message)
+        self.plain = plain or message
+
+
 def decode_utf8(data: bytes, origin: str, base_offset: int = 0) -> str:
-    """Decode UTF-8 strictly; a bad byte raises DataError naming ``origin`` and the absolute byte offset."""
+    """Decode UTF-8 strictly; a bad byte raises NotTextError naming ``origin`` and the absolute byte offset."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         offset = base_offset + exc.start
-        raise DataError(f"{origin} is not valid UTF-8 text: undecodable byte 0x{data[exc.start]:02x} at byte offset "
-                        f"{offset} (use level='byte' for arbitrary bytes)") from None
+        raise NotTextError(f"{origin} is not valid UTF-8 text: undecodable byte 0x{data[exc.start]:02x} at byte "
+                           f"offset {offset}") from None
 
 
 def normalize_newlines(text: str) -> str:

@@ -126,7 +126,7 @@ def test_enwik8_split_and_tokens(tmp_path, as_zip):
         (tmp_path / "enwik8").write_bytes(raw)
     c = load_corpus("enwik8", data_dir=tmp_path, cache_dir=tmp_path / "cache")
     symbols, expected = enwik8_reference(raw)
-    assert c.level == "byte" and c.metric == "bpc"
+    assert c.level == "byte" and c.metric == "bits_per_byte"
     assert c.vocab.idx2sym == symbols
     for split, ids in zip(("train", "valid", "test"), expected):
         assert list(c.split(split)) == ids
@@ -187,7 +187,7 @@ def test_default_corpus_is_deterministic_real_text(tmp_path):
     elapsed = time.perf_counter() - start
     b = load_corpus("default", cache_dir=tmp_path / "b")
     assert elapsed < 30, f"default corpus took {elapsed:.1f}s to build"
-    assert isinstance(a.vocab, ByteVocab) and len(a.vocab) == 256 and a.metric == "bpc"
+    assert isinstance(a.vocab, ByteVocab) and len(a.vocab) == 256 and a.metric == "bits_per_byte"
     for split in ("train", "valid", "test"):
         assert np.array_equal(a.split(split), b.split(split)) and a.split(split).size > 0
     n_eval = DEFAULT_CORPUS_BYTES * 5 // 100
@@ -242,7 +242,7 @@ def test_text_corpus_levels_roundtrip(tmp_path, level):
     text = "Once upon a time, naïve café owners\n  served ☕ to everyone.\n" * 60
     path.write_text(text, encoding="utf-8")
     c = load_text_corpus(path, level=level, bpe_vocab_size=300, cache_dir=tmp_path / "cache")
-    assert c.level == level and c.metric == ("ppl" if level == "bpe" else "bpc")
+    assert c.level == level and c.metric == {"char": "bpc", "byte": "bits_per_byte", "bpe": "ppl"}[level]
     decoded = "".join(c.vocab.decode(c.split(s)) for s in ("train", "valid", "test"))
     assert decoded == text
     if level == "bpe":

@@ -1,5 +1,6 @@
-"""The README's numpy + onnxruntime loop, run as written on an exported byte-level model: its bits per byte equal
-``txl score --doc-sep none`` and its greedy text equals ``txl generate --greedy``."""
+"""The numpy + onnxruntime loop of docs/EXPORT.md, run as written on the ``doc.py`` shown there with an exported
+byte-level model: its bits per byte equal ``txl score --doc-sep none`` and its greedy text equals
+``txl generate --greedy``."""
 
 from __future__ import annotations
 
@@ -17,16 +18,18 @@ from transformer_xl.cli import main
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "EXPORT.md"
 
 
-def readme_loop() -> str:
-    block = re.search(r"<!-- onnx-loop -->\n```python\n(.*?)```\n<!-- /onnx-loop -->", README.read_text(), re.S)
-    assert block, "README: the onnx-loop block is missing"
+def shown(name: str) -> str:
+    """The block of docs/EXPORT.md between ``<!-- name -->`` and ``<!-- /name -->``."""
+    block = re.search(rf"<!-- {re.escape(name)} -->\n```python\n(.*?)```\n<!-- /{re.escape(name)} -->",
+                      DOC.read_text(), re.S)
+    assert block, f"docs/EXPORT.md: the {name} block is missing"
     return block.group(1)
 
 
-def test_the_readme_loop_scores_and_generates_as_the_commands_do(tmp_path, capsys):
+def test_the_documented_loop_scores_and_generates_as_the_commands_do(tmp_path, capsys):
     text = "def read_file(path):\n    with open(path) as fh:\n        return fh.read()\n" * 40
     (tmp_path / "train.txt").write_text(text, encoding="utf-8")
     assert main(["train", "--dataset", "text", "--train-file", str(tmp_path / "train.txt"), "--level", "byte",
@@ -36,8 +39,8 @@ def test_the_readme_loop_scores_and_generates_as_the_commands_do(tmp_path, capsy
                  "--progress", "false", "--tensorboard", "false"]) == 0
     assert main(["export", str(tmp_path / "run"), str(tmp_path / "m.onnx")]) == 0
     doc = tmp_path / "doc.py"
-    doc.write_text("def read_file(path):\n    return open(path).read()\n", encoding="utf-8")
-    (tmp_path / "loop.py").write_text(readme_loop(), encoding="utf-8")
+    doc.write_text(shown("doc.py"), encoding="utf-8")
+    (tmp_path / "loop.py").write_text(shown("onnx-loop"), encoding="utf-8")
     capsys.readouterr()
     ran = subprocess.run([sys.executable, str(tmp_path / "loop.py"), str(tmp_path / "m.onnx"), str(doc),
                           "def read"], capture_output=True, text=True, timeout=300)

@@ -241,6 +241,26 @@ def test_txl_generate_by_id_prints_huggingfaces_greedy_continuation(hub, offline
     assert PROMPT + text + "\n" == run.stdout
 
 
+def test_an_unreachable_hub_still_opens_what_the_cache_holds(hub):
+    """Online (HF_HUB_OFFLINE unset) with nothing listening at HF_ENDPOINT: the cached model generates as offline,
+    and an id the cache lacks is one line saying that the hub cannot be reached."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    online = dict(HF_HUB_OFFLINE="0", HF_ENDPOINT=f"http://127.0.0.1:{port}", NO_PROXY="127.0.0.1",
+                  no_proxy="127.0.0.1")
+    new, expected = _hf_greedy_text(hub, 8)
+    run = txl(hub, "generate", REPO, "--greedy", "--prompt", PROMPT, "--max-new-tokens", 8, "--stop", "<eos>",
+              **online)
+    assert run.returncode == 0 and run.stdout == expected + "\n", run.stderr
+    missing = txl(hub, "generate", "nobody/nothing", "--prompt", "hi", **online)
+    assert missing.returncode == 2 and missing.stderr.splitlines() == [
+        f"txl generate: error: nobody/nothing: not a local folder; as a hub id: the hub cannot be reached "
+        f"(127.0.0.1:{port}: Connection refused) and config.json is not in the huggingface_hub cache"], missing.stderr
+
+
 def _hf_document_nll(hf, ids):
     """HuggingFace's summed NLL of ids[1:] given the document read in segments of TGT_LEN with memory."""
     ids = torch.tensor(ids)

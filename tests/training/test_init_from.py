@@ -95,7 +95,7 @@ def _copy_best(source: Path, tmp_path: Path) -> Path:
     ("no-vocab", "no vocabulary"),
     ("weights", "shapes do not match"),
     ("no-unk", "no <unk>"),
-    ("missing", "no such run or checkpoint directory"),
+    ("missing", "no such folder"),
 ])
 def test_bad_init_checkpoint_is_one_line(source, data, cache, tmp_path, capsys, damage, needle):
     ckpt_dir = _copy_best(source, tmp_path)

@@ -174,12 +174,14 @@ def test_plot_writes_png(tmp_path):
 
 
 def test_vocabulary_mismatch_with_checkpoint_exits_2(tmp_path, capsys):
-    """A PTB checkpoint evaluated on WikiText-2 files (in a folder named penn/: read as PTB, other vocabulary)
-    is refused."""
-    penn = tmp_path / "penn"
+    """A PTB checkpoint evaluated on other PTB-format files (lower case, <unk>, N: read as PTB, another vocabulary)
+    is refused; WikiText-2's files in a folder named penn/ are not read as PTB at all."""
+    penn, wiki = tmp_path / "penn", tmp_path / "wiki" / "penn"
     penn.mkdir()
+    wiki.mkdir(parents=True)
     for split in ("train", "valid", "test"):
-        (penn / f"{split}.txt").symlink_to(DATA_DIR / "wikitext-2" / f"{split}.txt")
+        (penn / f"{split}.txt").write_text(" the <unk> sat on N mats \n" * 400, encoding="utf-8")
+        (wiki / f"{split}.txt").symlink_to(DATA_DIR / "wikitext-2" / f"{split}.txt")
     run = tmp_path / "run"
     assert main(["train", "--dataset", "ptb", "--data-dir", str(DATA_DIR / "ptb"), "--cache-dir", str(tmp_path / "c"),
                  "--run-dir", str(run), "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-head", "16",
@@ -187,8 +189,11 @@ def test_vocabulary_mismatch_with_checkpoint_exits_2(tmp_path, capsys):
                  "--progress", "false", "--tensorboard", "false"]) == 0
     capsys.readouterr()
     code = main(["eval", str(run), "--data-dir", str(penn), "--max-steps", "1"])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "vocabulary" in err
+    err = capsys.readouterr().err.replace(str(tmp_path), "TMP")
+    assert code == 2 and err.count("\n") == 1 and "vocabulary" in err, err
+    code = main(["eval", str(run), "--data-dir", str(wiki), "--max-steps", "1"])
+    err = capsys.readouterr().err.replace(str(tmp_path), "TMP")
+    assert code == 2 and err.count("\n") == 1 and "holding PTB text" in err and "wt2's" in err, err
 
 
 def test_max_time_stops_and_saves(tmp_path):

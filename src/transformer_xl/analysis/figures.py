@@ -65,8 +65,8 @@ def save_figure(fig, path, flag: str = "--out") -> Path:
 
 
 def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = "ppl") -> Path:
-    """Perplexity or bits per character (``curves``: model -> context length -> value in ``metric``) against
-    context length, one line per model."""
+    """Perplexity, bits per character or bits per byte (``curves``: model -> context length -> value in
+    ``metric``) against context length, one line per model."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, curve in curves.items():
@@ -74,7 +74,7 @@ def plot_context(curves: Mapping[str, Mapping[int, float]], path, metric: str = 
         ax.plot(xs, [curve[c] for c in xs], "o-", label=name, markersize=4)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("perplexity" if metric == "ppl" else "bits per character")
+    ax.set_ylabel({"ppl": "perplexity", "bpc": "bits per character"}.get(metric, "bits per byte"))
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path, "--plot")

@@ -14,16 +14,28 @@ commands accept into a local folder and the layout of its files:
 
 Everything that cannot be resolved is one :class:`~transformer_xl.errors.CheckpointError` line naming what was
 asked for and why (no such folder, offline and not cached, no such repository or revision, no weights in it).
+Two answers come before any request to the hub: ``runs/defualt``, whose first part is a local folder, is a
+mistyped path (``no such folder runs/defualt (did you mean runs/default?)``), and a hub that cannot be reached
+(a connection to its endpoint, or to the proxy, fails within :data:`HUB_PROBE_SECONDS`) leaves only the cache.
+huggingface_hub's own logging (its retries) and warnings are kept off the terminal; the one line says why.
 This module sits below the model: it reads file names and JSON, never weights.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import logging
 import os
 import re
+import socket
+import threading
+import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
+from urllib.parse import urlsplit
 
 from ..errors import CheckpointError, ConfigError, one_line
 from ..files import CONFIG_NAME, WEIGHTS_NAME, read_json
@@ -84,12 +96,48 @@ def is_model_dir(path) -> bool:
     return (Path(path) / CONFIG_NAME).is_file() and weights_file(path) is not None
 
 
+def near_names(path: Path, limit: int = 3) -> List[str]:
+    """Existing paths spelled like the missing ``path``: in the deepest folder of it that exists, the entries
+    whose names are close to the next part (``runs/defualt`` -> ``runs/default``), with the rest of the path
+    kept when that exists too."""
+    parts = path.parts
+    for i in range(len(parts)):
+        if not Path(*parts[:i + 1]).exists():
+            break
+    else:
+        return []
+    parent = Path(*parts[:i]) if i else Path(".")
+    try:
+        names = sorted(p.name for p in parent.iterdir())
+    except OSError:
+        return []
+    found = []
+    for name in difflib.get_close_matches(parts[i], names, n=limit, cutoff=0.6):
+        fixed = parent / name / Path(*parts[i + 1:]) if i + 1 < len(parts) else parent / name
+        found.append(str(fixed if fixed.exists() else parent / name))
+    return found
+
+
+def no_such_folder(path, label: str = "") -> CheckpointError:
+    """``no such folder runs/defualt (did you mean runs/default?)``, ``label`` first; a name spelled as a hub id
+    says why it was not looked up there."""
+    text = str(path)
+    near = near_names(Path(text).expanduser())
+    if near:
+        hint = f" (did you mean {' or '.join(near)}?)"
+    elif looks_like_repo_id(text):
+        hint = f" ({text.partition('/')[0]} is a folder here, so {text} is not looked up on the hub)"
+    else:
+        hint = ""
+    return CheckpointError(f"{label}no such folder {text}{hint}")
+
+
 def resolve_model_dir(path, label: str = "") -> Path:
     """A local model folder: the path itself, a run's ``best/``, or its last complete checkpoint. ``label``
     (e.g. ``"--init-from: "``) starts the one-line error."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise CheckpointError(f"{label}{path}: no such run or checkpoint directory")
+        raise no_such_folder(path, label)
     if path.is_file():
         raise CheckpointError(f"{label}{path}: is a file; give the folder that holds config.json and the weights "
                               f"(or a run directory)")
@@ -182,6 +230,15 @@ def looks_like_repo_id(text: str) -> bool:
     return bool(_REPO_ID.match(text)) and ".." not in text and not text.endswith((".", "-"))
 
 
+def is_local_path(text: str) -> bool:
+    """Whether a name that does not exist is a mistyped local path rather than a hub id: it is not spelled as
+    one, or it is ``a/b`` and ``a`` exists here (``runs/defualt`` beside ``runs/``)."""
+    if not looks_like_repo_id(text):
+        return True
+    first, slash, _ = text.partition("/")
+    return bool(slash) and Path(first).exists()
+
+
 def locate(name_or_path, revision: Optional[str] = None, *, parts: Sequence[str] = ("config", "weights", "vocab"),
            cache_dir=None, token=None, local_files_only: bool = False, label: str = "") -> Located:
     """The local folder of a model named by ``name_or_path`` (module docstring).
@@ -196,8 +253,8 @@ def locate(name_or_path, revision: Optional[str] = None, *, parts: Sequence[str]
         if revision is not None:
             raise ConfigError(f"{label}revision: {revision!r} applies to hub ids; {text} is a local folder")
         return _locate_local(path, text, label)
-    if not looks_like_repo_id(text):
-        raise CheckpointError(f"{label}{text}: no such run or checkpoint directory")
+    if is_local_path(text):
+        raise no_such_folder(text, label)
     return _locate_hub(text, revision, parts, cache_dir, token, local_files_only, label)
 
 
@@ -210,9 +267,10 @@ def _locate_local(path: Path, source: str, label: str) -> Located:
 
 # ---------------------------------------------------------------------------- the hub
 def _hub():
-    """``huggingface_hub`` with its ``errors`` module loaded (its attributes load lazily)."""
+    """``huggingface_hub`` with its ``errors`` and ``constants`` modules loaded (its attributes load lazily)."""
     try:
         import huggingface_hub
+        import huggingface_hub.constants
         import huggingface_hub.errors
     except ImportError:
         raise CheckpointError(HUB_EXTRA_HINT) from None
@@ -224,48 +282,110 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
+#: How long the hub (or the proxy to it) has to accept a connection before it counts as unreachable.
+HUB_PROBE_SECONDS = 1.5
+
+
+def hub_endpoint(hub) -> str:
+    """The endpoint huggingface_hub asks: ``HF_ENDPOINT`` as set now, else huggingface_hub's own."""
+    return os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or hub.constants.ENDPOINT
+
+
+def unreachable(url: str, timeout: float = HUB_PROBE_SECONDS) -> Optional[str]:
+    """Why ``url``'s host (or the proxy the environment names for it) cannot be reached, or None when a
+    connection opens within ``timeout`` seconds. Name resolution runs in a thread, so a resolver that hangs
+    costs ``timeout`` too, not its own minutes."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxy_parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = proxy_parts.hostname or "", proxy_parts.port or 80
+    outcome: Dict[str, str] = {}
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome["ok"] = ""
+        except OSError as exc:
+            outcome["why"] = exc.strerror or one_line(exc)
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout)
+    if "ok" in outcome:
+        return None
+    return f"{host}:{port}: {outcome.get('why', f'no answer within {timeout:g} s')}"
+
+
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """huggingface_hub's logging (its retries, each printed by its own handler and again by the root logger's)
+    and its warnings kept off the terminal: what fails is said in one line by the caller."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _locate_hub(repo_id: str, revision, parts, cache_dir, token, local_files_only: bool, label: str) -> Located:
     where = f"{label}{repo_id}" + (f" (revision {revision})" if revision else "") + ": not a local folder; as a hub id"
     try:
         hub = _hub()
     except CheckpointError as exc:
         raise CheckpointError(f"{where}: {exc}") from None
-    local_only = local_files_only or offline()
+    if local_files_only or offline():
+        cache_only = "offline (HF_HUB_OFFLINE=1 or local_files_only)"
+        endpoint = None
+    else:
+        endpoint = hub_endpoint(hub)
+        why = unreachable(endpoint)
+        cache_only = None if why is None else f"the hub cannot be reached ({why})"
 
     def fetch(filename: str) -> Optional[Path]:
-        return _fetch(hub, repo_id, filename, revision, cache_dir, token, local_only, where)
+        return _fetch(hub, repo_id, filename, revision, cache_dir, token, endpoint, cache_only is not None, where)
 
-    config_path = fetch(CONFIG_NAME)
-    if config_path is None:
-        raise CheckpointError(_missing(where, [CONFIG_NAME], local_only, "not a model repository"))
-    config = read_config(config_path)
-    fmt = config_format(config, f"{where}: {CONFIG_NAME}")
-    directory = config_path.parent
-    if "weights" in parts:
-        candidates = [WEIGHTS_NAME] + ([HF_BIN_NAME] if fmt == "hf" else [])
-        if not any(fetch(name) is not None for name in candidates):
-            raise CheckpointError(_missing(where, candidates, local_only, "no weights in it"))
-    if "vocab" in parts:
-        next((p for p in map(fetch, VOCAB_NAMES) if p is not None), None)
+    with _quiet_hub():
+        config_path = fetch(CONFIG_NAME)
+        if config_path is None:
+            raise CheckpointError(_missing(where, [CONFIG_NAME], cache_only, "not a model repository"))
+        config = read_config(config_path)
+        fmt = config_format(config, f"{where}: {CONFIG_NAME}")
+        directory = config_path.parent
+        if "weights" in parts:
+            candidates = [WEIGHTS_NAME] + ([HF_BIN_NAME] if fmt == "hf" else [])
+            if not any(fetch(name) is not None for name in candidates):
+                raise CheckpointError(_missing(where, candidates, cache_only, "no weights in it"))
+        if "vocab" in parts:
+            next((p for p in map(fetch, VOCAB_NAMES) if p is not None), None)
     return Located(directory, fmt, repo_id, config, repo_id=repo_id, commit=directory.name)
 
 
-def _missing(where: str, names: List[str], local_only: bool, why: str) -> str:
+def _missing(where: str, names: List[str], cache_only: Optional[str], why: str) -> str:
+    """The line for files that are not there: ``cache_only`` says why only the cache was read (offline, or the
+    hub unreachable), else the hub's answer ``why``."""
     looked = " or ".join(names)
-    if local_only:
-        return (f"{where}: offline (HF_HUB_OFFLINE=1 or local_files_only) and {looked} is not in the "
-                f"huggingface_hub cache")
+    if cache_only:
+        return f"{where}: {cache_only} and {looked} is not in the huggingface_hub cache"
     return f"{where}: {why} (no {looked})"
 
 
-def _fetch(hub, repo_id: str, filename: str, revision, cache_dir, token, local_only: bool,
+def _fetch(hub, repo_id: str, filename: str, revision, cache_dir, token, endpoint: Optional[str], local_only: bool,
            where: str) -> Optional[Path]:
-    """One file of the repository through ``hf_hub_download``; None when the repository has no such file
-    (or, offline, when the cache does not hold it). Every other failure is one CheckpointError line."""
+    """One file of the repository through ``hf_hub_download`` (from ``endpoint``, or only from the cache with
+    ``local_only``); None when the repository has no such file (or the cache does not hold it). Every other
+    failure is one CheckpointError line."""
     errors = hub.errors
+    # HF_ENDPOINT set after huggingface_hub was imported (it reads it once) is passed on; else its own
+    where_from = {"endpoint": endpoint} if endpoint and endpoint != hub.constants.ENDPOINT else {}
     try:
         return Path(hub.hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir, token=token,
-                                        local_files_only=local_only))
+                                        local_files_only=local_only, **where_from))
     except errors.GatedRepoError:
         raise CheckpointError(f"{where}: a gated repository; accept its terms on the hub and set HF_TOKEN") from None
     except errors.RepositoryNotFoundError:
@@ -288,5 +408,6 @@ def _fetch(hub, repo_id: str, filename: str, revision, cache_dir, token, local_o
 
 
 __all__ = ["CONFIG_NAME", "HF_BIN_NAME", "Located", "RUN_CONFIG_NAME", "VOCAB_NAMES", "WEIGHTS_NAME",
-           "checkpoints_dir", "config_format", "find_run_dir", "is_model_dir", "latest_checkpoint", "list_checkpoints",
-           "locate", "looks_like_repo_id", "resolve_model_dir"]
+           "checkpoints_dir", "config_format", "find_run_dir", "is_local_path", "is_model_dir", "latest_checkpoint",
+           "list_checkpoints", "locate", "looks_like_repo_id", "near_names", "no_such_folder", "resolve_model_dir",
+           "unreachable"]

@@ -1,11 +1,47 @@
 """The ``txl`` command: one module per sub-command (``convert_command``, ``train_command``, ``eval_command``,
 ``plot_command``, ``generate_command``, ``score_command``, ``context_command``, ``bench_command``,
-``export_command``, ``lm_eval_command``), each turning its arguments into typed settings for one library function
-(most in :mod:`transformer_xl.jobs`); :mod:`.main` holds the parser and the guard that turns every failure into
-one line and an exit status; :mod:`.options` the range checks and the shared options."""
+``export_command``, ``lm_eval_command``, ``rl_command``), each turning its arguments into typed settings for one
+library function (most in :mod:`transformer_xl.jobs`); :mod:`.app` holds the parser and the guard that turns every
+failure into one line and an exit status; :mod:`.options` the range checks and the shared options.
 
-from ..errors import ConfigError
-from .main import build_parser, main, run_command
-from .options import check_range
+This module is the entry point (``txl = transformer_xl.cli:main``, ``python -m transformer_xl``) and imports
+nothing heavy: :func:`main` imports torch and the commands itself, so that Ctrl-C while they load is one line and
+exit status 130, like Ctrl-C at any later moment.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any, List, Optional
+
+#: The names this package re-exports from :mod:`.app` and :mod:`.options`, loaded on first use.
+_HOMES = {"build_parser": "app", "run_command": "app", "check_range": "options", "ConfigError": "options"}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``txl ARGV`` (``sys.argv[1:]`` by default) and return its exit status (:mod:`.app`)."""
+    try:
+        from .app import main as run_txl
+        return run_txl(argv)
+    except KeyboardInterrupt:  # before the command's own guard took over: while torch and the commands load
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting prints nothing either
+        print(f"{_command_name(argv)}: interrupted while starting; nothing was done", file=sys.stderr)
+        return 130
+
+
+def _command_name(argv: Optional[List[str]]) -> str:
+    """``txl train`` for ``txl train ...``: the sub-command as typed (the parser may not be built yet)."""
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not str(a).startswith("-")]
+    return f"txl {words[0]}" if words else "txl"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = ["ConfigError", "build_parser", "check_range", "main", "run_command"]

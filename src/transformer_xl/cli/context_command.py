@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from ..evaluation.metrics import metric_label
 from ..jobs import ContextSettings, context_curves
 from .options import add_checkpoint_args, add_corpus_args, add_precision_arg, at_least, checks, corpus_choice
 
@@ -20,7 +21,8 @@ def add(sub) -> None:
                                    "Context Length (r=0.1 and r=1).")
     add_checkpoint_args(p, nargs="+")
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256])
-    p.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    p.add_argument("--split", default="valid", choices=["train", "valid", "test"],
+                   help="the split to read (default: valid)")
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=500, help="predictions per row (default 500)")
     p.add_argument("--names", nargs="*", help="labels for the models (default: directory names)")
@@ -46,7 +48,7 @@ def run_context(args) -> int:
     print("| model | " + " | ".join(str(c) for c in done.lengths) + " |")
     print("|---|" + "---|" * len(done.lengths))
     for name, curve in done.values().items():
-        print(f"| {name} ({done.metric}) | " + " | ".join(f"{curve[c]:.2f}" for c in done.lengths) + " |")
+        print(f"| {name} ({metric_label(done.metric)}) | " + " | ".join(f"{curve[c]:.2f}" for c in done.lengths) + " |")
     for key, values in done.to_dict().get("recl", {}).items():
         print(f"RECL ({key}): " + ", ".join(f"{n} {v}" for n, v in values.items()))
     print(f"wrote {done.plot}")

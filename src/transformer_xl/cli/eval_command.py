@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from ..evaluation.metrics import metric_label
 from ..jobs import CheckpointEvalSettings, evaluate_checkpoint
 from .options import (
     add_attention_args,
@@ -23,9 +24,13 @@ from .options import (
 
 
 def add(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a run or checkpoint on a split (loss, ppl or bpc, tokens/s)")
+    p = sub.add_parser("eval", help="evaluate a run or checkpoint on a split (loss, ppl, bpc or bits/byte, tokens/s)",
+                       description="Evaluate a run or checkpoint on the test split of its corpus (--split valid or "
+                                   "train for another), with memory, at the lengths it was trained with unless told "
+                                   "otherwise.")
     add_checkpoint_args(p)
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"],
+                   help="the split to evaluate (default: test)")
     p.add_argument("--mode", default="segment", choices=["segment", "sliding"],
                    help="segment: segments with memory (Transformer-XL); sliding: a fresh window of --tgt-len "
                         "tokens for every prediction, moved by one (the vanilla Transformer's evaluation)")
@@ -35,11 +40,11 @@ def add(sub) -> None:
     p.add_argument("--ext-len", type=int, help="extended context length (default: training value)")
     p.add_argument("--clamp-len", type=int, help="clamp relative distances (default: training value)")
     p.add_argument("--same-length", action="store_true", default=None, help="every query sees mem_len keys")
-    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=10, help="rows read side by side (default: 10)")
     p.add_argument("--max-steps", type=int,
                    help="evaluate only the first N segments (with --mode sliding: N predictions per row)")
     add_corpus_args(p, "evaluate on")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     add_precision_arg(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model first (pays off on long evaluations)")
@@ -64,7 +69,7 @@ def run_eval(args) -> int:
         print(json.dumps(done.to_dict(), sort_keys=True))
         return 0
     r, n = done.result, done.lengths
-    print(f"{done.split} ({done.mode}): loss {r.loss:.4f} | {r.metric} {r.value:.4f} | "
+    print(f"{done.split} ({done.mode}): loss {r.loss:.4f} | {metric_label(r.metric)} {r.value:.4f} | "
           f"{r.tokens:,} tokens in {r.seconds:.1f} s ({r.tokens_per_s:,.0f} tokens/s) | "
           f"tgt_len {n.tgt_len} mem_len {n.mem_len} clamp_len {n.clamp_len} same_length {n.same_length}")
     return 0

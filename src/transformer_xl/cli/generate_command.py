@@ -19,7 +19,9 @@ def add(sub) -> None:
     p.add_argument("--prompt", required=True, help="text to continue (read segment by segment into memory)")
     p.add_argument("--max-new-tokens", type=int, default=100)
     p.add_argument("--greedy", action="store_true", help="take the most likely token (no sampling)")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="divides the logits before sampling: below 1 sharper, above 1 flatter (default: 1; "
+                        "the most likely token every time: --greedy)")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely (0: off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
     p.add_argument("--repetition-penalty", type=float, default=1.0)
@@ -30,7 +32,8 @@ def add(sub) -> None:
                         "training; sliding, the prompt as one segment and then one token per step, each seeing the "
                         "mem_len states before it (HuggingFace's generate; the default of converted HF models)")
     p.set_defaults(func=run_generate,
-                   **checks(*INFERENCE_CHECKS, at_least("--max-new-tokens", 1), positive("--temperature"),
+                   **checks(*INFERENCE_CHECKS, at_least("--max-new-tokens", 1),
+                            positive("--temperature", "for the most likely token, use --greedy"),
                             at_least("--top-k", 0), ("--top-p", 0, 1, True), positive("--repetition-penalty"),
                             ("--seed", -(1 << 63), (1 << 64) - 1, False)))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 from ..errors import ConfigError
 from ..jobs import CorpusChoice
@@ -20,14 +20,17 @@ from ..training.run_config import REMOVED_SPELLINGS, parse_attention, removed_sp
 CKPT_HELP = ("a hub id (org/name), a checkpoint folder (ours, or a HuggingFace TransfoXL folder with its "
              "vocab.pkl) or a run directory (its best/, else its last checkpoint)")
 
-Check = Tuple[str, Optional[float], Optional[float], bool]  # (flag, lower, upper, lower bound excluded)
+#: (flag, lower, upper, lower bound excluded), and optionally what to use instead of a value out of range.
+Check = Union[Tuple[str, Optional[float], Optional[float], bool], Tuple[str, Optional[float], Optional[float], bool,
+                                                                       str]]
 
 
 # ---------------------------------------------------------------------------- range checks
 def check_range(flag: str, value, lo: Optional[float] = None, hi: Optional[float] = None,
-                lo_open: bool = False) -> None:
+                lo_open: bool = False, hint: str = "") -> None:
     """ConfigError naming ``flag`` unless ``value`` (a number, a list of numbers or None) is finite and in
-    ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``); None bounds are not checked, a None value is not given."""
+    ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``); None bounds are not checked, a None value is not given.
+    ``hint`` ends the line of a value out of range (``for the most likely token, use --greedy``)."""
     if value is None:
         return
     for v in (value if isinstance(value, (list, tuple)) else [value]):
@@ -35,7 +38,8 @@ def check_range(flag: str, value, lo: Optional[float] = None, hi: Optional[float
             raise ConfigError(f"{flag}: must be a finite number, got {v}")
         below = lo is not None and (v <= lo if lo_open else v < lo)
         if below or (hi is not None and v > hi):
-            raise ConfigError(f"{flag}: must be {_describe_range(lo, hi, lo_open)}, got {v}")
+            raise ConfigError(f"{flag}: must be {_describe_range(lo, hi, lo_open)}, got {v}"
+                              + (f" ({hint})" if hint else ""))
 
 
 def _describe_range(lo, hi, lo_open: bool) -> str:
@@ -55,14 +59,14 @@ def at_least(flag: str, lo: float) -> Check:
     return (flag, lo, None, False)
 
 
-def positive(flag: str) -> Check:
-    return (flag, 0, None, True)
+def positive(flag: str, hint: str = "") -> Check:
+    return (flag, 0, None, True, hint)
 
 
 def check_options(args) -> None:
     """Apply the sub-command's declared range checks to the parsed values."""
-    for flag, lo, hi, lo_open in getattr(args, "range_checks", ()):
-        check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), lo, hi, lo_open)
+    for flag, lo, hi, lo_open, *hint in getattr(args, "range_checks", ()):
+        check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), lo, hi, lo_open, *hint)
 
 
 # ---------------------------------------------------------------------------- checkpoints and lengths

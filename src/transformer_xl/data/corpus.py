@@ -33,6 +33,7 @@ import numpy as np
 
 from .._io import (
     JSON_STYLE,
+    NotTextError,
     PathLike,
     check_file,
     fingerprint,
@@ -59,9 +60,12 @@ _COMPLETE = ".complete"
 
 
 def metric_name(level: str) -> str:
-    """The paper's metric for a corpus level: ``'ppl'`` for word and BPE tokens, ``'bpc'`` for characters and
-    bytes."""
-    return "ppl" if level in ("word", "bpe") else "bpc"
+    """The metric of a corpus level, named for what it measures: ``'ppl'`` (perplexity per token) for word and
+    BPE tokens, ``'bpc'`` (bits per character) for characters, ``'bits_per_byte'`` for bytes (the paper's "bpc"
+    on enwik8, whose characters are bytes)."""
+    if level in ("word", "bpe"):
+        return "ppl"
+    return "bpc" if level == "char" else "bits_per_byte"
 
 Inputs = Dict[str, Any]  # split/role -> Path or list of Paths
 Built = Tuple[Tokenizer, Dict[str, Any], Dict[str, Any]]  # vocab, {split: array(s)}, extra metadata
@@ -82,7 +86,7 @@ class Corpus:
 
     @property
     def metric(self) -> str:
-        """``'ppl'`` or ``'bpc'``, by :func:`metric_name`."""
+        """``'ppl'``, ``'bpc'`` or ``'bits_per_byte'``, by :func:`metric_name`."""
         return metric_name(self.level)
 
     @property
@@ -223,33 +227,63 @@ def _subdirs(d: Path, names: Sequence[str]) -> List[Path]:
     return [d] + [d / n for n in names]
 
 
-def _locate_splits(subdirs: Sequence[str], own: Sequence[str], shared: Sequence[str],
+#: What marks a corpus's text, for files whose names several corpora share (``train.txt`` ...): WikiText keeps
+#: case, splits numbers as `` @-@ ``/`` @,@ ``/`` @.@ `` and heads sections with `` = Heading = `` lines; PTB is
+#: lower case, with ``<unk>`` and ``N`` for numbers, and none of WikiText's marks.
+FAMILY_MARKS = {"wikitext": "capitals, @-@ and ' = Heading = ' lines",
+                "ptb": "lower case, <unk>, N for numbers, no @-@"}
+_WIKITEXT_MARK = re.compile(r" @[-,.]@ |^ = [^=\n].* = *$", re.M)
+_SAMPLE_BYTES = 1 << 20
+
+
+def text_family(path: Path) -> Optional[str]:
+    """``'wikitext'`` or ``'ptb'`` when the first MiB of the file reads as that corpus (:data:`FAMILY_MARKS`),
+    else None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SAMPLE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if _WIKITEXT_MARK.search(head) and re.search(r"[A-Z]", head):
+        return "wikitext"
+    words = head.split()
+    if "<unk>" in words and not any(w != "N" and w != w.lower() for w in words):
+        return "ptb"
+    return None
+
+
+def _locate_splits(subdirs: Sequence[str], own: Sequence[str], shared: Sequence[str], family: str,
                    folders: Sequence[str]) -> Callable[[Path], Optional[Inputs]]:
     """Split files named by the ``own`` patterns (names no other corpus uses) in ``d`` or its ``subdirs``; names
-    that other corpora use too (``shared``: ``{}.txt``, ``wiki.{}.tokens``) count only in a folder named one of
-    ``folders`` (getdata.sh's layout), so that another corpus's folder is never read as this one."""
+    that other corpora use too (``shared``: ``{}.txt``, ``wiki.{}.tokens``) count when the train file reads as
+    this corpus's ``family`` (:func:`text_family`), and, when it reads as no corpus at all, in a folder named one
+    of ``folders`` (getdata.sh's layout); another corpus's files are never read as this one."""
     def locate(d: Path) -> Optional[Inputs]:
         for base in _subdirs(d, subdirs):
-            named = base.name.lower() in folders
-            found = _first_complete([base], [*own, *(shared if named else ())])
+            found = _first_complete([base], own) or _first_complete([base], shared)
+            if found and not _first_complete([base], own):
+                seen = text_family(found["train"])
+                if seen != family and (seen is not None or base.name.lower() not in folders):
+                    found = None
             if found:
                 return found
         return None
     return locate
 
 
-def _splits_expected(own: Sequence[str], shared: Sequence[str], folders: Sequence[str]) -> str:
+def _splits_expected(own: Sequence[str], shared: Sequence[str], family: str) -> str:
     """What :func:`_locate_splits` looks for, in words (for error messages)."""
     def names(patterns):
         return " or ".join(p.format("{train,valid,test}") for p in patterns)
     parts = [names(own)] if own else []
-    return ", or ".join(parts + [f"{names(shared)} in a folder named {' or '.join(folders)}"])
+    label = {"wikitext": "WikiText", "ptb": "PTB"}[family]
+    return ", or ".join(parts + [f"{names(shared)} holding {label} text ({FAMILY_MARKS[family]})"])
 
 
-def _split_files(subdirs: Sequence[str], own: Sequence[str], shared: Sequence[str],
+def _split_files(subdirs: Sequence[str], own: Sequence[str], shared: Sequence[str], family: str,
                  folders: Sequence[str]) -> Tuple[str, Callable[[Path], Optional[Inputs]]]:
     """``(expects, locate)`` of a :class:`CorpusSpec` whose splits are three files (see :func:`_locate_splits`)."""
-    return _splits_expected(own, shared, folders), _locate_splits(subdirs, own, shared, folders)
+    return _splits_expected(own, shared, family), _locate_splits(subdirs, own, shared, family, folders)
 
 
 def _locate_raw(names: Sequence[str], subdirs: Sequence[str]) -> Callable[[Path], Optional[Inputs]]:
@@ -313,12 +347,18 @@ _PTB_SHA256 = {"train": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c
 _HUTTER_SIZE = 100_000_000
 
 _WIKITEXT_NAMES = ("wiki.{}.tokens", "{}.txt")  # WikiText-2 and -103 files have the same names
+#: WikiText-2 and -103 share one format: either name reads a folder named after either (with a warning line when
+#: the train file's size is the other's: :func:`_check_wikitext_size`).
+_WIKITEXT_FOLDERS = ("wikitext-2", "wt2", "wikitext-103", "wt103")
+#: The train split of WikiText-103 is about 540 MB, WikiText-2's 10.8 MB; a train file above this is WikiText-103.
+_WT103_TRAIN_BYTES = 100_000_000
 _WIKITEXT_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/{}"
 _WIKITEXT_MIRROR = "https://wikitext.smerity.com/{}"
 
 SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in (
     CorpusSpec(
-        "wt103", "word", *_split_files(("wikitext-103", "wt103"), (), _WIKITEXT_NAMES, ("wikitext-103", "wt103")),
+        "wt103", "word", *_split_files(("wikitext-103", "wt103", "wikitext-2", "wt2"), (), _WIKITEXT_NAMES, "wikitext",
+                                       _WIKITEXT_FOLDERS),
         lambda inp: _build_word(inp, count=("train",), lower_case=False),
         {"eos": True, "lower_case": False, "count": ["train"]},
         # md5 of the archive as recorded by torchtext for this URL (not re-verified here: no copy available).
@@ -327,7 +367,8 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
                     mirrors=(_WIKITEXT_MIRROR.format("wikitext-103-v1.zip"),)),),
         (("wikitext-103-v1.zip", _wikitext_members("wikitext-103")),)),
     CorpusSpec(
-        "wt2", "word", *_split_files(("wikitext-2", "wt2"), (), _WIKITEXT_NAMES, ("wikitext-2", "wt2")),
+        "wt2", "word", *_split_files(("wikitext-2", "wt2", "wikitext-103", "wt103"), (), _WIKITEXT_NAMES, "wikitext",
+                                     _WIKITEXT_FOLDERS),
         lambda inp: _build_word(inp, count=SPLITS, lower_case=False),
         {"eos": True, "lower_case": False, "count": list(SPLITS)},
         # md5 of the archive as recorded by torchtext for this URL; the members' sha256 are verified here.
@@ -336,7 +377,7 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
                     mirrors=(_WIKITEXT_MIRROR.format("wikitext-2-v1.zip"),)),),
         (("wikitext-2-v1.zip", _wikitext_members("wikitext-2", _WT2_SHA256)),)),
     CorpusSpec(
-        "ptb", "word", *_split_files(("ptb", "penn", "simple-examples/data"), ("ptb.{}.txt",), ("{}.txt",),
+        "ptb", "word", *_split_files(("ptb", "penn", "simple-examples/data"), ("ptb.{}.txt",), ("{}.txt",), "ptb",
                                      ("ptb", "penn")),
         lambda inp: _build_word(inp, count=SPLITS, lower_case=True),
         {"eos": True, "lower_case": True, "count": list(SPLITS)},
@@ -444,9 +485,23 @@ def _from_data_dir(spec: CorpusSpec, data_dir: Path, root: Path) -> Inputs:
 
 
 def _other_corpus_hint(spec: CorpusSpec, data_dir: Path) -> str:
-    """`` (the folder holds wt2's files)`` when other named corpora find their files in ``data_dir``."""
+    """`` (its files are wt103's or wt2's)`` when other named corpora find their files in ``data_dir``."""
     others = [other.name for other in SPECS.values() if other is not spec and other.locate(data_dir)]
-    return f" (the folder holds {' and '.join(others)}'s files)" if others else ""
+    return f" (its files are {' or '.join(o + chr(39) + 's' for o in others)})" if others else ""
+
+
+def _check_wikitext_size(spec: CorpusSpec, inputs: Inputs) -> None:
+    """One warning line when WikiText-2 is asked for and the train file has WikiText-103's size, or the other
+    way: the two share one format, so either reads the other's files, but the numbers are not the paper's."""
+    if spec.name not in ("wt2", "wt103"):
+        return
+    size = Path(inputs["train"]).stat().st_size
+    looks = "wt103" if size >= _WT103_TRAIN_BYTES else "wt2"
+    if looks != spec.name:
+        sizes = {"wt2": "WikiText-2's is 10.8 MB", "wt103": "WikiText-103's is 539 MB, about 50 times more"}
+        log.warning("warning: %s: %s is %.1f MB, the size of %s (%s); read as %s all the same", spec.name,
+                    inputs["train"], size / 1e6, "WikiText-103" if looks == "wt103" else "WikiText-2",
+                    sizes[spec.name], spec.name)
 
 
 def _from_download(spec: CorpusSpec, root: Path, download: bool) -> Inputs:
@@ -475,13 +530,17 @@ def _fingerprints(inputs: Inputs) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- loading
-def _load_or_build(root: Path, name: str, level: str, key: Dict[str, Any], build: Callable[[], Built]) -> Corpus:
-    """The cached corpus for ``key``, building and caching it first when it is not there."""
+def _load_or_build(root: Path, name: str, level: str, key: Dict[str, Any], build: Callable[..., Built],
+                   read: Optional[Callable[[], Any]] = None) -> Corpus:
+    """The cached corpus for ``key``, building and caching it first when it is not there. With ``read``, its
+    result is what ``build`` takes, read before anything is said, so that a file that cannot be read is the
+    only line."""
     directory = corpus_dir(root, name, key)
     cached = load_corpus_files(directory)
     if cached is None:
+        material = () if read is None else (read(),)
         log.info("preparing corpus %s (cache: %s)", name, directory)
-        vocab, splits, extra = build()
+        vocab, splits, extra = build(*material)
         save_corpus(directory, vocab, splits, {"name": name, "level": level, "key": key, **extra})
         cached = load_corpus_files(directory)
         if cached is None:
@@ -496,11 +555,13 @@ def load_corpus(name: str, data_dir: Optional[PathLike] = None, cache_dir: Optio
 
     Args:
         name: one of :data:`KNOWN_CORPORA`.
-        data_dir: the corpus's folder, or a folder holding it under its usual name (``ptb``, ``penn``,
-            ``wikitext-2`` ...). Files of one corpus only (``ptb.train.txt``, the raw ``enwik8``/``text8`` file,
-            the downloaded archive) are found there; names several corpora share (``train.txt`` ... of
-            ``getdata.sh`` and pytorch/examples, WikiText's ``wiki.train.tokens``) count only in a folder named
-            after the corpus, so another corpus's folder is refused. None: use the download cache.
+        data_dir: the corpus's folder (any name), or a folder holding it under its usual name (``ptb``,
+            ``penn``, ``wikitext-2`` ...). Files of one corpus only (``ptb.train.txt``, the raw
+            ``enwik8``/``text8`` file, the downloaded archive) are found there; names several corpora share
+            (``train.txt`` ... of ``getdata.sh`` and pytorch/examples, WikiText's ``wiki.train.tokens``) count
+            when the text reads as the corpus (:func:`text_family`: WikiText or PTB), so another corpus's folder
+            is refused; WikiText-2 and -103 read each other's files with one warning line. None: use the
+            download cache.
         cache_dir: cache root (default ``$TXL_CACHE_DIR`` or ``~/.cache/transformer-xl``).
         download: with no ``data_dir``, fetch missing files from the canonical source.
     """
@@ -510,6 +571,7 @@ def load_corpus(name: str, data_dir: Optional[PathLike] = None, cache_dir: Optio
     spec = _spec(name)
     if data_dir is not None:
         inputs = _from_data_dir(spec, Path(data_dir).expanduser(), root)
+        _check_wikitext_size(spec, inputs)
     else:
         inputs = _from_download(spec, root, download)
     key = {"corpus": spec.name, "options": spec.options, "inputs": _fingerprints(inputs)}
@@ -593,8 +655,13 @@ def load_text_corpus(train: PathLike, valid: Optional[PathLike] = None, test: Op
            "inputs": {s: None if p is None else fingerprint(p) for s, p in paths.items()}}
     corpus_name = name or paths["train"].stem
 
-    def build() -> Built:
-        parts = _user_parts(paths, level)
+    def read() -> Dict[str, Any]:
+        try:
+            return _user_parts(paths, level)
+        except NotTextError as exc:
+            raise NotTextError(f"{exc} (level='byte' reads any bytes)", plain=exc.plain) from None
+
+    def build(parts: Dict[str, Any]) -> Built:
         tok = _user_tokenizer(level, parts["train"], lower_case, add_eos, min_freq, max_size, bpe_vocab_size)
         dtype = smallest_dtype(len(tok))
         encoded = {s: tok.encode(parts[s], dtype=dtype) for s in SPLITS}
@@ -603,4 +670,4 @@ def load_text_corpus(train: PathLike, valid: Optional[PathLike] = None, test: Op
                 raise DataError(f"the {s} split of {paths[s] or paths['train']} has no tokens")
         return tok, encoded, {"files": {s: None if p is None else str(p) for s, p in paths.items()}}
 
-    return _load_or_build(cache_root(cache_dir), corpus_name, level, key, build)
+    return _load_or_build(cache_root(cache_dir), corpus_name, level, key, build, read)

@@ -16,7 +16,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from .._io import check_file, smallest_dtype
+from .._io import NotTextError, check_file, smallest_dtype
 from ..errors import DataError
 from ..text.vocab import Tokenizer
 from .corpus import Corpus, _user_parts, load_corpus, load_text_corpus
@@ -37,8 +37,11 @@ def load_run_corpus(data, vocab: Optional[Tokenizer] = None, vocab_origin=None) 
         return _in_vocab(data, vocab, vocab_origin)
     if data.dataset == "text":
         _need_train_file(data)
-        return load_text_corpus(data.train_file, data.valid_file, data.test_file, level=data.level,
-                                bpe_vocab_size=data.bpe_vocab_size, cache_dir=data.cache_dir)
+        try:
+            return load_text_corpus(data.train_file, data.valid_file, data.test_file, level=data.level,
+                                    bpe_vocab_size=data.bpe_vocab_size, cache_dir=data.cache_dir)
+        except NotTextError as exc:  # a run's level is --level on the command line, data.level in its YAML
+            raise NotTextError(f"{exc.plain} (--level byte reads any bytes)", plain=exc.plain) from None
     return load_corpus(data.dataset, data_dir=data.data_dir, cache_dir=data.cache_dir)
 
 

@@ -25,7 +25,7 @@ class EvalResult:
     loss: float  # mean NLL per token, nats
     tokens: int
     seconds: float
-    metric: str  # 'ppl' or 'bpc'
+    metric: str  # 'ppl', 'bpc' or 'bits_per_byte' (evaluation.metrics)
     value: float  # perplexity or bits per character
 
     @property
@@ -43,8 +43,9 @@ class EvalSettings:
     ``mode="segment"`` reads the ``batch_size`` rows segment by segment with memory, as the paper's code does;
     ``mode="sliding"`` is the vanilla Transformer's evaluation: each prediction runs a fresh window of
     ``tgt_len`` tokens, then the window moves by one (``max_steps`` then counts predictions per row).
-    ``level`` picks the metric (ppl for words, bpc for characters and bytes). With ``world_size > 1`` (process
-    group initialised, segment mode) each rank reads its ``batch_size / world_size`` rows.
+    ``level`` picks the metric (ppl for words, bpc for characters, bits_per_byte for bytes). With
+    ``world_size > 1`` (process group initialised, segment mode) each rank reads its ``batch_size / world_size``
+    rows.
     """
 
     batch_size: int = 10

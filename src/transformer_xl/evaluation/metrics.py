@@ -1,5 +1,6 @@
 """The paper's metrics from a mean negative log-likelihood: perplexity for word-level corpora, bits per
-character for character- and byte-level ones."""
+character for character-level ones and bits per byte for byte-level ones; one name per unit everywhere
+(:func:`metric_label` in the lines the commands print, the metric's name in JSON and metrics.jsonl)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,20 @@ import math
 
 from ..data import metric_name  # the one rule of ppl or bpc, where the levels live
 
+#: How each metric is written in the lines the commands print.
+LABELS = {"ppl": "ppl", "bpc": "bpc", "bits_per_byte": "bits/byte"}
+
 
 def metric_value(loss: float, metric: str) -> float:
-    """Perplexity ``exp(loss)`` or bits per character ``loss / ln 2`` from a mean NLL in nats."""
-    if metric == "bpc":
+    """Perplexity ``exp(loss)``, or bits (per character, per byte) ``loss / ln 2``, from a mean NLL in nats."""
+    if metric in ("bpc", "bits_per_byte"):
         return loss / math.log(2)
     return math.exp(min(loss, 700.0))
+
+
+def metric_label(metric: str) -> str:
+    """``ppl``, ``bpc`` or ``bits/byte``: the metric as the commands print it."""
+    return LABELS.get(metric, metric)
 
 
 #: What each level's bits are per: the figures of :func:`named_figures` say it in their names.

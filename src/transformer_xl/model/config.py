@@ -122,6 +122,11 @@ class TransformerXLConfig:
                 raise ConfigError(f"{name}: must be in [0, 1), got {value!r}")
         if self.attn_type not in ATTN_TYPES:
             raise ConfigError(f"attn_type: must be one of {sorted(ATTN_TYPES)}, got {self.attn_type!r}")
+        if self.attn_type in (0, 2) and self.d_model % 2:
+            raise ConfigError(
+                f"d_model: must be even with attn_type={self.attn_type}, whose sinusoid positions are d_model/2 sines "
+                f"and d_model/2 cosines (as in the original code), got {self.d_model}"
+            )
         if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
             raise ConfigError(
                 f"d_head: attn_type=3 adds per-layer embeddings of n_head*d_head={self.n_head * self.d_head} "

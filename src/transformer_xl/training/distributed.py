@@ -151,7 +151,7 @@ def peer_failures():
             raise
         message = " ".join(str(exc).split())
         raise PeerFailure(f"rank {os.environ.get('RANK', '?')}: lost the other processes ({message[:240]}); "
-                          f"the last checkpoint is intact: rerun with --resume") from None
+                          f"the last checkpoint is intact: rerun the same command with --resume added") from None
 
 
 def _is_peer_failure(exc: RuntimeError) -> bool:

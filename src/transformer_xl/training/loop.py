@@ -27,7 +27,7 @@ from ..data import LMOrderedIterator, align_labels, load_run_corpus, load_vocab
 from ..devices import autocast_dtype, resolve_device
 from ..errors import ConfigError
 from ..evaluation import EvalSettings, evaluate
-from ..evaluation.metrics import metric_name, metric_value
+from ..evaluation.metrics import metric_label, metric_name, metric_value
 from ..labels import IGNORE_INDEX
 from ..model import TransformerXL, TransformerXLConfig
 from ..model.attention import AttentionChoice
@@ -333,11 +333,11 @@ class Trainer:
                   "tokens_per_s": tokens_per_s, "elapsed": elapsed}
         self.metrics.log(record)
         if bar is not None:
-            bar.set_postfix({"loss": f"{loss:.3f}", self.metric: f"{record[self.metric]:.3f}",
+            bar.set_postfix({"loss": f"{loss:.3f}", metric_label(self.metric): f"{record[self.metric]:.3f}",
                              "lr": f"{record['lr']:.2e}",
                              "tok/s": f"{tokens_per_s:,.0f}"}, refresh=False)
         else:
-            log.info("step %d | loss %.4f | %s %.3f | lr %.3g | %.0f tok/s", self.step, loss, self.metric,
+            log.info("step %d | loss %.4f | %s %.3f | lr %.3g | %.0f tok/s", self.step, loss, metric_label(self.metric),
                      record[self.metric], record["lr"], tokens_per_s)
 
     def _validate(self, bar) -> bool:
@@ -348,7 +348,7 @@ class Trainer:
             self.best_valid, self.best_step = result.loss, self.step
         self.metrics.log({"step": self.step, "split": "valid", "loss": result.loss, self.metric: result.value,
                           "tokens_per_s": result.tokens_per_s})
-        message = (f"step {self.step} | valid loss {result.loss:.4f}{self.valid_scope()} | {self.metric} "
+        message = (f"step {self.step} | valid loss {result.loss:.4f}{self.valid_scope()} | {metric_label(self.metric)} "
                    f"{result.value:.3f}" + (" | best" if is_best else ""))
         if bar is not None:
             bar.write(message)

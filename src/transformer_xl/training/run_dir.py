@@ -10,6 +10,7 @@ trainer's state. A refused run leaves the disk as it was (:meth:`abandon`).
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +25,12 @@ from .lock import LOCK_NAME, RunLock
 from .metrics_log import MetricsLogger, NullMetrics
 
 log = logging.getLogger(__name__)
+
+
+def resume_command(run_dir) -> str:
+    """The command that goes on with the run in ``run_dir``, as a user would type it (``txl train --resume
+    --run-dir RUN``: without ``--config``, the run's own run.yaml)."""
+    return f"txl train --resume --run-dir {shlex.quote(str(run_dir))}"
 
 
 class RunDirectory:
@@ -97,7 +104,7 @@ class RunDirectory:
         latest = ckpt.latest_checkpoint(self.path)
         kept = (f"the checkpoints written before are intact (latest: {latest})" if latest
                 else "no checkpoint was written")
-        return f"; {kept}; free space or fix {self.path}, then rerun with --resume"
+        return f"; {kept}; free space or fix {self.path}, then continue with: {resume_command(self.path)}"
 
     def close(self) -> None:
         """Close the metrics and release the lock."""
