@@ -36,11 +36,16 @@ def test_generate_streams_text_and_maps_unknown_words(ptb_run, capsys, caplog):
 
 
 def test_generate_is_reproducible_with_a_seed(ptb_run, capsys):
+    """The same seed prints the same 10 sampled tokens after the prompt; another seed other ones."""
     args = ["generate", str(ptb_run), "--prompt", "stocks fell", "--max-new-tokens", "10", "--seed", "11"]
-    main(args)
+    assert main(args) == 0
     first = capsys.readouterr().out
-    main(args)
+    generated = first[len("stocks fell"):-1]
+    assert first.startswith("stocks fell") and len(generated.split()) + generated.count("\n") == 10, first
+    assert main(args) == 0
     assert capsys.readouterr().out == first
+    assert main(args[:-1] + ["12"]) == 0
+    assert capsys.readouterr().out != first
 
 
 def test_checkpoint_without_vocabulary_is_one_line(ptb_run, tmp_path, capsys):

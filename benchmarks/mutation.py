@@ -1,0 +1,450 @@
+"""Mutation testing of the core: small changes to the source (mutants), each run against the tests that claim the
+module; a mutant the tests do not notice (it survives) is a property nothing checks.
+
+Mutants are made by mutmut's own operators (``mutmut.mutation.mutators``: ``+`` to ``-``, ``<`` to ``<=``,
+``True`` to ``False``, a number plus one, an argument dropped, an assignment to ``None`` ...), applied one at a
+time to a copy of the package, with no trampolines in the code under test (so ``torch.export``, ``torch.compile``
+and decorated functions run as written). What this script adds to mutmut is the per-module test subset and the
+time budget: mutmut 3 picks the tests of a mutant by a coverage run of the whole suite, which here takes minutes
+per mutant; each target below names the few fast test files that claim its module.
+
+Each mutant runs in a child forked from this process (which has imported torch, numpy and pytest once, but never
+``transformer_xl``), with the mutated copy first on ``sys.path`` and ``PYTHONPATH``, as ``pytest -x``: killed
+when a test fails or it errors, survived when every test passes, ``timeout`` (counted as killed, as mutmut does)
+when it runs past ``--timeout-factor`` times the clean run. Lines no selected test runs (a coverage run of the
+clean copy) are reported as ``uncovered`` without running, and count as survived.
+
+Not code that is run by the tests themselves: not docstrings, type annotations, imports, decorators, ``raise``
+statements (their messages are judged by the bad-input tests) and logging calls. A line ending in
+``# pragma: no mutate`` is left alone.
+
+    python benchmarks/mutation.py --list                      # the targets and their mutant counts
+    python benchmarks/mutation.py --target memory --target visibility --json out.json
+    python benchmarks/mutation.py --budget-min 80 --json benchmarks/results/mutation.json
+    python benchmarks/mutation.py --target memory --show 12   # the diff of one mutant
+
+One mutant at a time (the tests use the cores); ``--budget-min`` stops starting new mutants when spent (the rest are
+reported as not run). The summary is a Markdown table: killed / total per target and the survivors with their
+line, for docs/TESTING.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "src" / "transformer_xl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A module of the core, the functions of it that are mutated (None: all), and the tests that claim it."""
+
+    name: str
+    path: str  # relative to src/transformer_xl
+    tests: Tuple[str, ...]  # pytest arguments: files, node ids, -k expressions
+    functions: Optional[Tuple[str, ...]] = None  # "function" or "Class.method"; None = every function
+
+
+#: The core. Test files are listed fastest and most telling first: ``-x`` stops at the first failure.
+TARGETS = [
+    Target("relative", "model/attention/relative.py",
+           ("tests/model/test_core_properties.py", "tests/model/test_attention_score.py",
+            "tests/model/test_reference_equivalence.py")),
+    Target("visibility", "model/attention/visibility.py",
+           ("tests/model/test_visibility.py", "tests/model/test_attention_score.py",
+            "tests/model/test_core_properties.py", "tests/model/test_memory_reset.py",
+            "tests/model/test_backbone.py", "tests/model/test_backends.py")),
+    Target("plain-attention", "model/attention/backends.py",
+           ("tests/model/test_core_properties.py", "tests/model/test_attention_score.py",
+            "tests/model/test_backends.py"),
+           functions=("masked_softmax_attend", "plain_attention")),
+    Target("memory", "model/memory.py",
+           ("tests/model/test_memory_unit.py", "tests/model/test_recurrence.py", "tests/model/test_memory_reset.py",
+            "tests/model/test_gradients.py", "tests/model/test_core_properties.py",
+            "tests/model/test_backbone.py")),
+    Target("adaptive", "model/adaptive.py",
+           ("tests/model/test_adaptive.py", "tests/model/test_gradients.py",
+            "tests/model/test_reference_equivalence.py")),
+    Target("decoding-cache", "generation/decoding_cache.py",
+           ("tests/generation/test_decoding_cache.py", "tests/generation/test_generation.py",
+            "tests/model/test_backbone.py", "tests/model/test_backends.py")),
+    Target("eval-segments", "evaluation/segments.py",
+           ("tests/evaluation/test_segment_loop.py", "tests/evaluation/test_sliding_eval.py")),
+    Target("eval-loop", "evaluation/evaluate.py",
+           ("tests/evaluation/test_segment_loop.py", "tests/evaluation/test_sliding_eval.py"),
+           functions=("evaluate", "_segment_losses")),
+    Target("export-graph", "export/graph.py",
+           ("tests/export/test_graph_eager.py",
+            "tests/export/test_export.py::test_graph_gives_the_eager_log_probs[word-3tails-div2.pt2-3 segments of "
+            "tgt_len, batch 2]",
+            "tests/export/test_export.py::test_graph_gives_the_eager_log_probs[mem-init-zeros-sliding.pt2-3 segments "
+            "of tgt_len, batch 2]",
+            "tests/export/test_export.py::test_starts_input_runs_to_eager_numbers[.pt2]")),
+    Target("export-decode", "export/decode.py",
+           ("tests/export/test_graph_eager.py",
+            "tests/export/test_export.py::test_decoding_graph_steps_give_generates_log_probs_and_tokens"
+            "[word-3tails-div2.pt2]",
+            "tests/export/test_export.py::test_decoding_graph_steps_give_generates_log_probs_and_tokens"
+            "[mem-init-zeros-sliding.pt2]")),
+    Target("checkpointer", "training/checkpointer.py",
+           ("tests/training/test_checkpoint_round_trip.py", "tests/training/test_run_safety.py")),
+    Target("checkpoint-files", "training/checkpoint_files.py",
+           ("tests/training/test_checkpoint_round_trip.py", "tests/training/test_run_safety.py"),
+           functions=("optimizer_to_safe", "optimizer_from_safe", "rng_state", "set_rng_state", "mems_to_tensors",
+                      "_global_mems", "mems_from_tensors", "save_checkpoint", "_write_checkpoint_dir",
+                      "load_training_state")),
+]
+
+
+# ---------------------------------------------------------------------------------------------- making mutants
+@dataclasses.dataclass
+class Mutant:
+    number: int
+    line: int
+    function: str
+    before: str  # the first changed line, as written
+    after: str  # the same line, mutated
+    code: str  # the whole mutated module
+    operator: str = ""  # mutmut's operator that made it
+
+    def key(self) -> str:
+        return hashlib.sha256(self.code.encode()).hexdigest()[:12]
+
+
+def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List[Mutant]:
+    """Every mutant mutmut's operators make of the code inside the functions of ``source`` (module docstring for
+    what is left alone), one change each, duplicates (the same resulting code) dropped."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+    from mutmut.mutation.mutators import mutation_operators
+
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    lines = source.splitlines()
+    ignored = {i + 1 for i, text in enumerate(lines) if text.rstrip().endswith("# pragma: no mutate")}
+    found: List[Tuple[object, object, int, str, str]] = []
+
+    class Collect(cst.CSTVisitor):
+        METADATA_DEPENDENCIES = (PositionProvider,)
+
+        def __init__(self):
+            super().__init__()
+            self.scope: List[Tuple[str, bool]] = []  # (name, is a function)
+
+        def qualname(self) -> str:
+            return ".".join(name for name, _ in self.scope)
+
+        def in_function(self) -> bool:
+            return any(is_fn for _, is_fn in self.scope)
+
+        def selected(self) -> bool:
+            if not self.in_function():
+                return False
+            name = self.qualname()
+            return functions is None or any(name == f or name.startswith(f + ".") for f in functions)
+
+        def on_visit(self, node) -> bool:
+            if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+                self.scope.append((node.name.value, isinstance(node, cst.FunctionDef)))
+                return True
+            if isinstance(node, (cst.Decorator, cst.Annotation, cst.Import, cst.ImportFrom, cst.Raise)):
+                return False
+            if _is_docstring(node):
+                return False
+            if isinstance(node, cst.Call) and _is_logging(node):
+                return False
+            if self.selected():
+                line = self.get_metadata(PositionProvider, node).start.line
+                if line not in ignored:
+                    for kind, operator in mutation_operators:
+                        if isinstance(node, kind):
+                            for mutated in operator(node):
+                                if operator.__name__ == "operator_arg_removal" and not _keep_arg_mutant(node, mutated):
+                                    continue
+                                found.append((node, mutated, line, self.qualname(), operator.__name__))
+            return True
+
+        def on_leave(self, original_node) -> None:
+            if isinstance(original_node, (cst.ClassDef, cst.FunctionDef)):
+                self.scope.pop()
+
+    wrapper.visit(Collect())
+    mutants, seen = [], {source}
+    for node, mutated, line, qualname, operator in found:
+        code = wrapper.module.deep_replace(node, mutated).code
+        if code in seen:
+            continue
+        seen.add(code)
+        before, after = _changed_line(source, code)
+        mutants.append(Mutant(len(mutants) + 1, line, qualname, before, after, code, operator))
+    return mutants
+
+
+def _keep_arg_mutant(call, mutated) -> bool:
+    """Of mutmut's argument mutants keep, for a call of several arguments, the ones that drop an argument (an
+    argument replaced by ``None`` there only makes the call raise, which any test notices); for a call of one, its
+    replacement by ``None``. Never a change of a ``device=`` argument: on the CPU every device is the default one,
+    so such a mutant is equivalent wherever the mutation run can run."""
+    before = {a.keyword.value for a in call.args if a.keyword}
+    after = {a.keyword.value for a in mutated.args if a.keyword}
+    if "device" in before and "device" not in after:
+        return False
+    if len(call.args) > 1 and len(mutated.args) == len(call.args):
+        return False
+    if len(call.args) == 1 and call.args[0].keyword is not None and call.args[0].keyword.value == "device":
+        return False
+    return True
+
+
+def _is_docstring(node) -> bool:
+    import libcst as cst
+
+    return (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and isinstance(node.body[0], cst.Expr)
+            and isinstance(node.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _is_logging(node) -> bool:
+    import libcst as cst
+
+    func = node.func
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in (
+        "log", "logger", "logging", "warnings")
+
+
+def _changed_line(old: str, new: str) -> Tuple[str, str]:
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            return " ".join(x.strip() for x in a[i1:i2]), " ".join(x.strip() for x in b[j1:j2])
+    return "", ""
+
+
+# ---------------------------------------------------------------------------------------------- running them
+class Sandbox:
+    """A copy of the package that one module at a time is mutated in."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.src = root / "src"
+        shutil.copytree(PACKAGE, self.src / "transformer_xl", ignore=shutil.ignore_patterns("__pycache__"))
+
+    def write(self, relpath: str, code: str) -> None:
+        path = self.src / "transformer_xl" / relpath
+        for stale in (path.parent / "__pycache__").glob(path.stem + ".*.pyc"):
+            stale.unlink()  # the bytecode of the previous version (its mtime may fall in the same second)
+        path.write_text(code, encoding="utf-8")
+
+
+def run_tests(sandbox: Sandbox, tests: Sequence[str], timeout: float, log: Path,
+              coverage_of: Optional[Path] = None) -> Tuple[str, float, Optional[List[int]]]:
+    """``("passed" | "failed" | "timeout", seconds, covered lines of coverage_of)``: the tests in a forked child."""
+    import pytest
+
+    lines_file = log.with_suffix(".lines.json")
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 99
+        try:
+            os.setpgid(0, 0)  # its own process group: a timeout ends the tests' own subprocesses too
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.path.insert(0, str(sandbox.src))
+            os.environ["PYTHONPATH"] = str(sandbox.src)
+            cov = None
+            if coverage_of is not None:
+                import coverage
+
+                cov = coverage.Coverage(include=[str(coverage_of)], data_file=None)
+                cov.start()
+            code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", "--no-header",
+                                    "-o", "addopts=", *tests]))
+            if cov is not None:
+                cov.stop()
+                covered = cov.get_data().lines(str(coverage_of)) or []
+                lines_file.write_text(json.dumps(sorted(covered)))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - start > timeout:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - start, None
+        time.sleep(0.02)
+    seconds = time.monotonic() - start
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+    covered = json.loads(lines_file.read_text()) if coverage_of is not None and lines_file.exists() else None
+    return ("passed" if code == 0 else "failed"), seconds, covered
+
+
+def first_failure(log: Path) -> str:
+    """The first test pytest names as failed or in error (``FAILED tests/...::name``), or the log's last line."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    match = re.search(r"^(?:FAILED|ERROR) (\S+)", text, re.M)
+    if match:
+        return match.group(1)
+    tail = [line for line in text.splitlines() if line.strip()]
+    return tail[-1][:120] if tail else "?"
+
+
+def existing(tests: Sequence[str]) -> List[str]:
+    """The pytest arguments whose file exists (a file added later is left out of an earlier measurement)."""
+    out, skip_next = [], False
+    for arg in tests:
+        if skip_next:
+            out.append(arg)
+            skip_next = False
+        elif arg.startswith("-"):
+            out.append(arg)
+            skip_next = arg in ("-k", "-m")
+        elif (REPO / arg.split("::")[0]).exists():
+            out.append(arg)
+    return out
+
+
+def mutate_target(target: Target, sandbox: Sandbox, deadline: float, timeout_factor: float, work: Path,
+                  only: Optional[Sequence[int]] = None) -> dict:
+    source = (PACKAGE / target.path).read_text(encoding="utf-8")
+    mutants = make_mutants(source, target.functions)
+    if only:
+        mutants = [m for m in mutants if m.number in only]
+    tests = existing(target.tests)
+    result = {"target": target.name, "path": target.path, "tests": tests, "mutants": [], "clean_seconds": None}
+    sandbox.write(target.path, source)
+    status, clean, covered = run_tests(sandbox, tests, 1800, work / f"{target.name}-clean.log",
+                                       coverage_of=sandbox.src / "transformer_xl" / target.path)
+    if status != "passed":
+        raise SystemExit(f"{target.name}: the tests fail on the clean code; see {work / (target.name + '-clean.log')}")
+    result["clean_seconds"] = round(clean, 1)
+    covered = set(covered or [])
+    timeout = max(20.0, timeout_factor * clean)
+    print(f"## {target.name} ({target.path}): {len(mutants)} mutants, clean run {clean:.1f} s, timeout {timeout:.0f} s",
+          flush=True)
+    for m in mutants:
+        entry = {"number": m.number, "line": m.line, "function": m.function, "before": m.before, "after": m.after}
+        if m.line not in covered:
+            entry.update(status="uncovered")
+        elif time.monotonic() > deadline:
+            entry.update(status="not run")
+        else:
+            sandbox.write(target.path, m.code)
+            log = work / f"{target.name}-{m.number}.log"
+            status, seconds, _ = run_tests(sandbox, tests, timeout, log)
+            entry.update(status={"failed": "killed", "passed": "survived", "timeout": "timeout"}[status],
+                         seconds=round(seconds, 1))
+            if status == "failed":
+                entry["by"] = first_failure(log)
+            log.unlink(missing_ok=True)
+        result["mutants"].append(entry)
+        mark = {"killed": ".", "timeout": "T", "survived": "S", "uncovered": "u", "not run": "-"}[entry["status"]]
+        print(mark, end="", flush=True)
+    sandbox.write(target.path, source)
+    print(flush=True)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- reporting
+def counts(result: dict) -> Dict[str, int]:
+    out = {"killed": 0, "timeout": 0, "survived": 0, "uncovered": 0, "not run": 0}
+    for m in result["mutants"]:
+        out[m["status"]] += 1
+    return out
+
+
+def summary(results: Sequence[dict]) -> str:
+    rows = ["| target | module | mutants | killed | survived | uncovered | not run | kill rate |",
+            "|---|---|---|---|---|---|---|---|"]
+    total_killed = total_run = 0
+    for r in results:
+        c = counts(r)
+        killed = c["killed"] + c["timeout"]
+        judged = killed + c["survived"] + c["uncovered"]
+        total_killed, total_run = total_killed + killed, total_run + judged
+        rate = f"{100 * killed / judged:.1f}%" if judged else "-"
+        rows.append(f"| {r['target']} | `{r['path']}` | {len(r['mutants'])} | {killed} | {c['survived']} | "
+                    f"{c['uncovered']} | {c['not run']} | {rate} |")
+    if total_run:
+        rows.append(f"| **core** | | | {total_killed} | | | | **{100 * total_killed / total_run:.1f}%** |")
+    lines = ["\n".join(rows), ""]
+    for r in results:
+        left = [m for m in r["mutants"] if m["status"] in ("survived", "uncovered")]
+        if left:
+            lines.append(f"{r['target']} ({r['path']}), not killed:")
+            lines += [f"- #{m['number']} line {m['line']} in `{m['function']}` ({m['status']}): `{m['before']}` -> "
+                      f"`{m['after']}`" for m in left]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", action="append", help="a target's name (default: all); repeatable")
+    parser.add_argument("--mutant", type=int, action="append", help="only these mutant numbers (with one --target)")
+    parser.add_argument("--list", action="store_true", help="list the targets and their mutant counts")
+    parser.add_argument("--show", type=int, help="print the diff of one mutant (with one --target)")
+    parser.add_argument("--budget-min", type=float, default=90.0, help="stop starting mutants after this (minutes)")
+    parser.add_argument("--timeout-factor", type=float, default=3.0, help="a mutant's time limit / the clean run's")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    by_name = {t.name: t for t in TARGETS}
+    unknown = [n for n in args.target or [] if n not in by_name]
+    if unknown:
+        parser.error(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
+    targets = [by_name[n] for n in args.target] if args.target else TARGETS
+    if args.list:
+        for t in targets:
+            n = len(make_mutants((PACKAGE / t.path).read_text(encoding="utf-8"), t.functions))
+            print(f"{t.name:18s} {t.path:36s} {n:4d} mutants   tests: {' '.join(existing(t.tests))}")
+        return 0
+    if args.show is not None:
+        if len(targets) != 1:
+            parser.error("--show needs one --target")
+        t = targets[0]
+        source = (PACKAGE / t.path).read_text(encoding="utf-8")
+        (m,) = [m for m in make_mutants(source, t.functions) if m.number == args.show]
+        sys.stdout.writelines(difflib.unified_diff(source.splitlines(True), m.code.splitlines(True),
+                                                   f"a/{t.path}", f"b/{t.path}"))
+        return 0
+    import numpy  # noqa: F401  (imported once here, not in every child)
+    import pytest  # noqa: F401
+    import torch  # noqa: F401
+
+    deadline = time.monotonic() + 60 * args.budget_min
+    started = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="txl-mutation-") as tmp:
+        sandbox = Sandbox(Path(tmp))
+        work = Path(tmp) / "logs"
+        work.mkdir()
+        for t in targets:
+            results.append(mutate_target(t, sandbox, deadline, args.timeout_factor, work, args.mutant))
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps({"minutes": round((time.monotonic() - started) / 60, 1),
+                                                 "results": results}, indent=1) + "\n")
+    print(f"\n{(time.monotonic() - started) / 60:.1f} min\n")
+    print(summary(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

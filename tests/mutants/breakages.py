@@ -1,0 +1,98 @@
+"""Deliberate breakages, one for each property a test of the suite claims and once passed without: loaded as a
+pytest plugin (``-p breakages``, this folder on ``PYTHONPATH``) and chosen by ``TXL_BREAKAGE=<name>``.
+
+Each breakage is applied with a monkeypatch once the tests are collected (test modules included, for breakages of
+a test's own timing) and undone at the end; nothing here is imported by a normal run. ``test_breakages.py`` runs
+each target test under its breakage and asserts that it turns red.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Dict
+
+import pytest
+
+BREAKAGES: Dict[str, Callable[[pytest.MonkeyPatch], None]] = {}
+
+
+def breakage(name: str):
+    def register(fn):
+        BREAKAGES[name] = fn
+        return fn
+
+    return register
+
+
+def _raise(*args, **kwargs):
+    raise RuntimeError("broken on purpose")
+
+
+@breakage("generate-raises")
+def _generate_raises(mp):
+    """``txl generate`` produces nothing: its text function always raises."""
+    from transformer_xl.jobs import continuation
+
+    mp.setattr(continuation, "generate_text", _raise)
+
+
+@breakage("eval-drops-lengths")
+def _eval_drops_lengths(mp):
+    """``txl eval`` drops ``--clamp-len`` and ``--same-length`` before evaluating (its JSON still echoes them)."""
+    import dataclasses
+
+    from transformer_xl.jobs import checkpoint_eval
+
+    evaluate = checkpoint_eval.evaluate
+
+    def without_them(model, data, settings):
+        cfg = model.config
+        lengths = settings.lengths.replace(clamp_len=cfg.clamp_len, same_length=cfg.same_length)
+        return evaluate(model, data, dataclasses.replace(settings, lengths=lengths))
+
+    mp.setattr(checkpoint_eval, "evaluate", without_them)
+
+
+@breakage("streamed-zeros")
+def _streamed_zeros(mp):
+    """The streamed attention back-end returns zeros."""
+    import torch
+
+    from transformer_xl.model.attention import backends
+
+    mp.setitem(backends._BACKENDS, "streamed",
+               backends.Backend("streamed", lambda call: torch.zeros_like(call.q), takes_rows=True))
+
+
+@breakage("readme-loop-forgets")
+def _readme_loop_forgets(mp):
+    """The generation part of the README's onnxruntime loop passes a fresh memory to every call instead of the one
+    the graph returned."""
+    module = sys.modules["test_readme_loop"]
+    broken = module.readme_loop().replace("run(seg[:L], mems, mask)", "run(seg[:L], *fresh())")
+    assert "*fresh()" in broken, "the README loop no longer reads as this breakage expects"
+    mp.setattr(module, "readme_loop", lambda: broken)
+
+
+@breakage("lm-eval-generates-from-last-token")
+def _lm_eval_generates_from_last_token(mp):
+    """lm-eval's ``generate_until`` continues only the last token of each context."""
+    import transformer_xl.lm_eval as harness
+
+    generate = harness.generate
+    mp.setattr(harness, "generate", lambda model, prompts, sampling: generate(model, [p[-1:] for p in prompts],
+                                                                               sampling))
+
+
+def pytest_configure(config):
+    name = os.environ.get("TXL_BREAKAGE", "")
+    if name not in BREAKAGES:
+        raise pytest.UsageError(f"TXL_BREAKAGE: unknown breakage {name!r}; known: {', '.join(sorted(BREAKAGES))}")
+
+
+def pytest_collection_finish(session):
+    mp = pytest.MonkeyPatch()
+    BREAKAGES[os.environ["TXL_BREAKAGE"]](mp)
+    session.config.add_cleanup(mp.undo)
+    print(f"breakage {os.environ['TXL_BREAKAGE']} applied", file=sys.stderr)

@@ -1,0 +1,45 @@
+"""Tests of the tests: each target test, run in a child pytest under its deliberate breakage (``breakages.py``),
+must turn red. A target that passed against the broken code would claim a property it does not check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+# (breakage, the test that must fail under it, modules it needs)
+CASES = [
+    ("generate-raises", "tests/generation/test_generation_cli.py::test_generate_is_reproducible_with_a_seed", ()),
+    ("eval-drops-lengths", "tests/evaluation/test_eval_converted.py::test_eval_paper_settings_flags", ()),
+    ("eval-drops-lengths", "tests/training/test_training.py::test_eval_command_reports_ppl_and_json", ()),
+    ("streamed-zeros",
+     "tests/training/test_footprint.py::test_eval_switches_to_streamed_attention_when_only_it_fits", ()),
+    ("readme-loop-forgets",
+     "tests/export/test_readme_loop.py::test_the_readme_loop_scores_and_generates_as_the_commands_do",
+     ("onnxruntime", "onnxscript")),
+    ("lm-eval-generates-from-last-token",
+     "tests/evaluation/test_lm_eval.py::test_generate_until_equals_txl_generate_greedy[word]", ("lm_eval",)),
+]
+
+
+def run_broken(name: str, target: str) -> subprocess.CompletedProcess:
+    paths = [str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "TXL_BREAKAGE": name, "PYTHONPATH": os.pathsep.join(paths)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "breakages", "-p", "no:cacheprovider", "-o",
+                           "addopts=", "-q", "-x", "--no-header", "-W", "ignore", target], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("name, target, needs", CASES, ids=[f"{n}-{t.rsplit('::', 1)[1]}" for n, t, _ in CASES])
+def test_the_test_turns_red_on_its_breakage(name, target, needs):
+    for module in needs:
+        pytest.importorskip(module)
+    done = run_broken(name, target)
+    assert f"breakage {name} applied" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1 and f"FAILED {target}" in done.stdout, (done.stdout + done.stderr)[-4000:]
