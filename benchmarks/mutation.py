@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import difflib
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -120,6 +121,7 @@ class Mutant:
     after: str  # the same line, mutated
     code: str  # the whole mutated module
     operator: str = ""  # mutmut's operator that made it
+    body_line: int = 0  # the first line of the body of the function it is in
 
     def key(self) -> str:
         return hashlib.sha256(self.code.encode()).hexdigest()[:12]
@@ -135,20 +137,20 @@ def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List
     wrapper = MetadataWrapper(cst.parse_module(source))
     lines = source.splitlines()
     ignored = {i + 1 for i, text in enumerate(lines) if text.rstrip().endswith("# pragma: no mutate")}
-    found: List[Tuple[object, object, int, str, str]] = []
+    found: List[Tuple[object, object, int, str, str, int]] = []
 
     class Collect(cst.CSTVisitor):
         METADATA_DEPENDENCIES = (PositionProvider,)
 
         def __init__(self):
             super().__init__()
-            self.scope: List[Tuple[str, bool]] = []  # (name, is a function)
+            self.scope: List[Tuple[str, bool, int]] = []  # (name, is a function, first line of its body)
 
         def qualname(self) -> str:
-            return ".".join(name for name, _ in self.scope)
+            return ".".join(name for name, _, _ in self.scope)
 
         def in_function(self) -> bool:
-            return any(is_fn for _, is_fn in self.scope)
+            return any(is_fn for _, is_fn, _ in self.scope)
 
         def selected(self) -> bool:
             if not self.in_function():
@@ -158,7 +160,9 @@ def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List
 
         def on_visit(self, node) -> bool:
             if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
-                self.scope.append((node.name.value, isinstance(node, cst.FunctionDef)))
+                body = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) else node.body
+                self.scope.append((node.name.value, isinstance(node, cst.FunctionDef),
+                                   self.get_metadata(PositionProvider, body).start.line))
                 return True
             if isinstance(node, (cst.Decorator, cst.Annotation, cst.Import, cst.ImportFrom, cst.Raise)):
                 return False
@@ -174,7 +178,8 @@ def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List
                             for mutated in operator(node):
                                 if operator.__name__ == "operator_arg_removal" and not _keep_arg_mutant(node, mutated):
                                     continue
-                                found.append((node, mutated, line, self.qualname(), operator.__name__))
+                                body_line = [b for _, is_fn, b in self.scope if is_fn][-1]
+                                found.append((node, mutated, line, self.qualname(), operator.__name__, body_line))
             return True
 
         def on_leave(self, original_node) -> None:
@@ -183,13 +188,13 @@ def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List
 
     wrapper.visit(Collect())
     mutants, seen = [], {source}
-    for node, mutated, line, qualname, operator in found:
+    for node, mutated, line, qualname, operator, body_line in found:
         code = wrapper.module.deep_replace(node, mutated).code
         if code in seen:
             continue
         seen.add(code)
         before, after = _changed_line(source, code)
-        mutants.append(Mutant(len(mutants) + 1, line, qualname, before, after, code, operator))
+        mutants.append(Mutant(len(mutants) + 1, line, qualname, before, after, code, operator, body_line))
     return mutants
 
 
@@ -249,11 +254,13 @@ class Sandbox:
 
 
 def run_tests(sandbox: Sandbox, tests: Sequence[str], timeout: float, log: Path,
-              coverage_of: Optional[Path] = None) -> Tuple[str, float, Optional[List[int]]]:
-    """``("passed" | "failed" | "timeout", seconds, covered lines of coverage_of)``: the tests in a forked child."""
+              coverage_of: Optional[Path] = None, prepare=None) -> Tuple[str, float, Optional[dict]]:
+    """``("passed" | "failed" | "timeout", seconds, measured)``: the tests in a forked child. With ``coverage_of``,
+    ``measured`` says which test (node id) ran which line of that file (``lines``; the empty name: code run while
+    collecting), how long each test took (``seconds``) and their order (``order``)."""
     import pytest
 
-    lines_file = log.with_suffix(".lines.json")
+    measured_file = log.with_suffix(".measured.json")
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -263,20 +270,35 @@ def run_tests(sandbox: Sandbox, tests: Sequence[str], timeout: float, log: Path,
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
-            sys.path.insert(0, str(sandbox.src))
-            os.environ["PYTHONPATH"] = str(sandbox.src)
+            if prepare is not None:
+                prepare()
             cov = None
             if coverage_of is not None:
                 import coverage
 
                 cov = coverage.Coverage(include=[str(coverage_of)], data_file=None)
                 cov.start()
+
+            class PerTest:
+                seconds: Dict[str, float] = {}
+
+                @pytest.hookimpl(hookwrapper=True)
+                def pytest_runtest_protocol(self, item, nextitem):
+                    if cov is not None:
+                        cov.switch_context(item.nodeid)
+                    began = time.monotonic()
+                    yield
+                    self.seconds[item.nodeid] = round(time.monotonic() - began, 3)
+
+            per_test = PerTest()
             code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", "--no-header",
-                                    "-o", "addopts=", *tests]))
+                                    "-o", "addopts=", *tests], plugins=[per_test]))
             if cov is not None:
                 cov.stop()
-                covered = cov.get_data().lines(str(coverage_of)) or []
-                lines_file.write_text(json.dumps(sorted(covered)))
+                by_line = cov.get_data().contexts_by_lineno(str(coverage_of))
+                measured_file.write_text(json.dumps({"lines": {str(k): sorted(v) for k, v in by_line.items()},
+                                                     "seconds": per_test.seconds,
+                                                     "order": list(per_test.seconds)}))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -292,8 +314,86 @@ def run_tests(sandbox: Sandbox, tests: Sequence[str], timeout: float, log: Path,
         time.sleep(0.02)
     seconds = time.monotonic() - start
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-    covered = json.loads(lines_file.read_text()) if coverage_of is not None and lines_file.exists() else None
-    return ("passed" if code == 0 else "failed"), seconds, covered
+    measured = json.loads(measured_file.read_text()) if coverage_of is not None and measured_file.exists() else None
+    return ("passed" if code == 0 else "failed"), seconds, measured
+
+
+def _code_objects(code, out: Dict[str, object]) -> Dict[str, object]:
+    """Every function's code object compiled into ``code``, by qualified name (``Class.method``, ``f.<locals>.g``)."""
+    import types
+
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out[const.co_qualname] = const
+            _code_objects(const, out)
+    return out
+
+
+def _live_functions(module) -> Dict[str, object]:
+    """The function objects of ``module`` (decorated ones unwrapped; methods, static and class methods, properties),
+    by the qualified name of their code."""
+    import inspect
+
+    found: Dict[str, object] = {}
+
+    def add(obj) -> None:
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if isinstance(obj, property):
+            for part in (obj.fget, obj.fset, obj.fdel):
+                if part is not None:
+                    add(part)
+            return
+        if callable(obj) and not isinstance(obj, type):
+            fn = inspect.unwrap(obj)
+            code = getattr(fn, "__code__", None)
+            if code is not None and fn.__module__ == module.__name__:
+                found[code.co_qualname] = fn
+
+    def walk(namespace) -> None:
+        for value in list(vars(namespace).values()):
+            if isinstance(value, type) and value.__module__ == module.__name__ and value is not namespace:
+                walk(value)
+            else:
+                add(value)
+
+    walk(module)
+    return found
+
+
+def patch_in_place(module, clean: str, mutated: str) -> bool:
+    """Give the already imported ``module`` the mutant's code: the code object of every function the mutant
+    changed is swapped into the live function object, so that every reference to it (imports by name, bound
+    methods, registered callbacks) runs the mutant. False where that cannot be done (a default value or a closure
+    changed, or the function is not reachable): the caller imports the package afresh instead."""
+    before = _code_objects(compile(clean, module.__file__, "exec"), {})
+    after = _code_objects(compile(mutated, module.__file__, "exec"), {})
+    if set(before) != set(after):
+        return False
+    changed = [q for q in after if after[q] != before[q]]
+    outer = [q for q in changed if not any(q.startswith(o + ".<locals>.") for o in changed if o != q)]
+    live = _live_functions(module)
+    if not outer or any(q not in live for q in outer):
+        return False
+    try:
+        for q in outer:
+            live[q].__code__ = after[q]
+    except ValueError:  # another number of free variables
+        return False
+    return True
+
+
+def fresh_import() -> None:
+    """Forget the package, so that the tests import it again (the mutant from the sandbox's copy)."""
+    for name in [n for n in sys.modules if n == "transformer_xl" or n.startswith("transformer_xl.")]:
+        del sys.modules[name]
+
+
+def tests_of_line(measured: dict, line: int) -> List[str]:
+    """The tests that ran ``line`` in the clean run, fastest first (every test when collection ran it)."""
+    names = measured["lines"].get(str(line), [])
+    chosen = measured["order"] if "" in names else [n for n in measured["order"] if n in names]
+    return sorted(chosen, key=lambda n: measured["seconds"][n])
 
 
 def first_failure(log: Path) -> str:
@@ -330,27 +430,34 @@ def mutate_target(target: Target, sandbox: Sandbox, deadline: float, timeout_fac
     tests = existing(target.tests)
     result = {"target": target.name, "path": target.path, "tests": tests, "mutants": [], "clean_seconds": None}
     sandbox.write(target.path, source)
-    status, clean, covered = run_tests(sandbox, tests, 1800, work / f"{target.name}-clean.log",
-                                       coverage_of=sandbox.src / "transformer_xl" / target.path)
-    if status != "passed":
+    module = importlib.import_module("transformer_xl." + target.path[:-3].replace("/", "."))
+    assert module.__file__.startswith(str(sandbox.src)), module.__file__
+    status, clean, measured = run_tests(sandbox, tests, 1800, work / f"{target.name}-clean.log",
+                                        coverage_of=sandbox.src / "transformer_xl" / target.path)
+    if status != "passed" or measured is None:
         raise SystemExit(f"{target.name}: the tests fail on the clean code; see {work / (target.name + '-clean.log')}")
     result["clean_seconds"] = round(clean, 1)
-    covered = set(covered or [])
-    timeout = max(20.0, timeout_factor * clean)
-    print(f"## {target.name} ({target.path}): {len(mutants)} mutants, clean run {clean:.1f} s, timeout {timeout:.0f} s",
-          flush=True)
+    print(f"## {target.name} ({target.path}): {len(mutants)} mutants, {len(measured['order'])} tests, clean run "
+          f"{clean:.1f} s", flush=True)
     for m in mutants:
         entry = {"number": m.number, "line": m.line, "function": m.function, "before": m.before, "after": m.after}
-        if m.line not in covered:
+        chosen = tests_of_line(measured, m.line) or tests_of_line(measured, m.body_line)  # (a default value)
+        if not chosen:
             entry.update(status="uncovered")
         elif time.monotonic() > deadline:
             entry.update(status="not run")
         else:
-            sandbox.write(target.path, m.code)
+            sandbox.write(target.path, m.code)  # for the tests' own subprocesses, and a fresh import
             log = work / f"{target.name}-{m.number}.log"
-            status, seconds, _ = run_tests(sandbox, tests, timeout, log)
+            timeout = 15.0 + timeout_factor * sum(measured["seconds"][n] for n in chosen)
+
+            def prepare(code=m.code) -> None:
+                if not patch_in_place(module, source, code):
+                    fresh_import()
+
+            status, seconds, _ = run_tests(sandbox, chosen, timeout, log, prepare=prepare)
             entry.update(status={"failed": "killed", "passed": "survived", "timeout": "timeout"}[status],
-                         seconds=round(seconds, 1))
+                         seconds=round(seconds, 1), tests=len(chosen))
             if status == "failed":
                 entry["by"] = first_failure(log)
             log.unlink(missing_ok=True)
@@ -433,6 +540,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="txl-mutation-") as tmp:
         sandbox = Sandbox(Path(tmp))
+        sys.path.insert(0, str(sandbox.src))  # this process imports the clean copy once; children patch it
+        os.environ["PYTHONPATH"] = str(sandbox.src)
+        import transformer_xl  # noqa: F401
         work = Path(tmp) / "logs"
         work.mkdir()
         for t in targets:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_real_signal
 
 from transformer_xl import cli
 from transformer_xl.data import Vocab
@@ -35,6 +36,7 @@ def converted(tmp_path_factory):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.3)  # far from the initialisation, so losses differ per token
+    assert_real_signal(model, torch.tensor([by_hand(vocab, TRAIN.splitlines())]))
     model.save_pretrained(root / "model")
     vocab.save(root / "model")
     assert sorted(p.name for p in (root / "model").iterdir()) == ["config.json", "model.safetensors", "vocab.json"]

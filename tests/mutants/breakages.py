@@ -85,6 +85,52 @@ def _lm_eval_generates_from_last_token(mp):
                                                                                sampling))
 
 
+@breakage("kill-after-the-run")
+def _kill_after_the_run(mp):
+    """The kill-and-resume test's kill lands after the training child has finished (two complete runs compared)."""
+    module = sys.modules["test_kill_resume"]
+
+    def when_it_has_ended(run, pid, rng, step_seconds):
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, left for the test to reap
+
+    mp.setattr(module, "kill_moment", when_it_has_ended)
+
+
+@breakage("bf16-ignores-amx")
+def _bf16_ignores_amx(mp):
+    """Native bf16 is decided without AMX (only avx512_bf16 and Arm's bf16 count)."""
+    from transformer_xl import devices
+
+    mp.setattr(devices, "_cpu_has_bf16", lambda: bool((devices.cpu_flags() or set()) & {"avx512_bf16", "bf16"}))
+
+
+@breakage("cpu-flags-misread")
+def _cpu_flags_misread(mp):
+    """The processor's flags are misread: bf16 instructions where it has none, none where it has them."""
+    from transformer_xl import devices
+
+    flags = devices.cpu_flags()
+    has = bool(flags and flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    mp.setattr(devices, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": set() if has else {"avx512_bf16"})
+
+
+@breakage("memory-joined-backwards")
+def _memory_joined_backwards(mp):
+    """When the memory keeps states of the previous segment and of this one, it puts this segment's first."""
+    import torch
+
+    from transformer_xl.model import backbone, memory
+
+    def update_mems(hids, mems, mem_len, ext_len):
+        mlen = 0 if not mems else mems[0].size(1)
+        beg, end = memory.cache_window(mlen, hids[0].size(1), mem_len, ext_len)
+        if beg >= mlen:
+            return memory.update_mems(hids, mems, mem_len, ext_len)
+        return [torch.cat([h[:, :end - mlen], m[:, beg:]], dim=1).detach() for m, h in zip(mems, hids)]
+
+    mp.setattr(backbone, "update_mems", update_mems)
+
+
 def pytest_configure(config):
     name = os.environ.get("TXL_BREAKAGE", "")
     if name not in BREAKAGES:

@@ -23,6 +23,12 @@ CASES = [
     ("readme-loop-forgets",
      "tests/export/test_readme_loop.py::test_the_readme_loop_scores_and_generates_as_the_commands_do",
      ("onnxruntime", "onnxscript")),
+    ("kill-after-the-run",
+     "tests/training/test_kill_resume.py::test_sigkill_anywhere_then_resume_equals_an_uninterrupted_run[10]", ()),
+    ("bf16-ignores-amx", "tests/test_devices.py::test_native_bf16_is_read_from_the_cpu_flags[sapphire-rapids]", ()),
+    ("cpu-flags-misread", "tests/test_devices.py::test_this_machines_answer_is_onednns", ()),
+    ("memory-joined-backwards",
+     "tests/model/test_recurrence.py::test_memory_is_the_layer_inputs_of_the_last_positions[0-6]", ()),
     ("lm-eval-generates-from-last-token",
      "tests/evaluation/test_lm_eval.py::test_generate_until_equals_txl_generate_greedy[word]", ("lm_eval",)),
 ]
@@ -41,5 +47,7 @@ def test_the_test_turns_red_on_its_breakage(name, target, needs):
     for module in needs:
         pytest.importorskip(module)
     done = run_broken(name, target)
+    if done.returncode == 0 and " skipped" in done.stdout and " passed" not in done.stdout:
+        pytest.skip(f"{target} is skipped here")
     assert f"breakage {name} applied" in done.stderr, done.stderr[-2000:]
     assert done.returncode == 1 and f"FAILED {target}" in done.stdout, (done.stdout + done.stderr)[-4000:]
