@@ -131,6 +131,64 @@ def _memory_joined_backwards(mp):
     mp.setattr(backbone, "update_mems", update_mems)
 
 
+@breakage("heads-sized-by-d-model")
+def _heads_sized_by_d_model(mp):
+    """The attention layers size their heads d_model / n_head, whatever d_head the config says."""
+    from transformer_xl.model import positions
+
+    def attn_args(cfg):
+        return (cfg.n_head, cfg.d_model, cfg.d_model // cfg.n_head, cfg.dropout, cfg.dropatt, cfg.pre_lnorm,
+                cfg.layer_norm_epsilon)
+
+    mp.setattr(positions, "_attn_args", attn_args)
+
+
+@breakage("run-config-drops-d-inner")
+def _run_config_drops_d_inner(mp):
+    """A run config's model section loses d_inner on its way to the model (the default is used)."""
+    import dataclasses
+
+    from transformer_xl.model import TransformerXLConfig
+    from transformer_xl.training.run_config import ModelSection
+
+    config = ModelSection.config
+    default = {f.name: f.default for f in dataclasses.fields(TransformerXLConfig)}["d_inner"]
+    mp.setattr(ModelSection, "config", lambda self, n_token: config(self, n_token).replace(d_inner=default))
+
+
+@breakage("segment-generation-forgets")
+def _segment_generation_forgets(mp):
+    """Generation without a decoding cache runs the open segment without the memory of the full ones."""
+    from transformer_xl.generation.generate import SegmentDecoder
+
+    mp.setattr(SegmentDecoder, "_run", lambda self: self.model(torch_tensor([self.segment], self.device)))
+
+
+def torch_tensor(rows, device):
+    import torch
+
+    return torch.tensor(rows, dtype=torch.long, device=device)
+
+
+@breakage("hf-clusters-kept-in-their-order")
+def _hf_clusters_kept_in_their_order(mp):
+    """A HuggingFace state dict's tail clusters are read in HuggingFace's order, not reversed."""
+    from transformer_xl.checkpoints import layouts
+
+    mp.setattr(layouts, "_reverse_clusters", lambda tensors: None)
+
+
+@breakage("context-losses-misaligned")
+def _context_losses_misaligned(mp):
+    """The per-token losses of a context length come back shifted by one token."""
+    import torch
+
+    from transformer_xl.evaluation import context
+
+    segment_losses = context.segment_losses
+    mp.setattr(context, "segment_losses", lambda *a, **k: torch.roll(segment_losses(*a, **k), 1, dims=1))
+
+
 def pytest_configure(config):
     name = os.environ.get("TXL_BREAKAGE", "")
     if name not in BREAKAGES:
