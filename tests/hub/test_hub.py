@@ -24,6 +24,7 @@ import torch
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("sacremoses")
+pytest.importorskip("transformers")  # hf_oracle: HuggingFace's own TransfoXL judges
 
 from data_fixtures import one_line, require
 from hf_oracle import TransfoXLLMHeadModel, hf_ids, hf_model, hf_text, hf_tokenizer, save_hf, worst_differences

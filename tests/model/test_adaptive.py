@@ -82,4 +82,6 @@ def test_bf16_autocast_keeps_log_softmax_in_float32(div_val):
         full = crit.log_probs(hidden)
     assert lp.dtype == torch.float32 and full.dtype == torch.float32
     torch.testing.assert_close(full.exp().sum(-1), torch.ones(20), rtol=0, atol=1e-4)
-    torch.testing.assert_close(lp, crit(hidden, target), rtol=0.05, atol=0.05)
+    # bf16 logits, float32 log-softmax: off by at most 0.014 here; log-probs of this size (up to 11) held in bf16
+    # would be off by up to 0.03 more
+    torch.testing.assert_close(lp, crit(hidden, target), rtol=0, atol=0.02)

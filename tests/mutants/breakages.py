@@ -189,6 +189,77 @@ def _context_losses_misaligned(mp):
     mp.setattr(context, "segment_losses", lambda *a, **k: torch.roll(segment_losses(*a, **k), 1, dims=1))
 
 
+@breakage("pickle-reader-runs-payloads")
+def _pickle_reader_runs_payloads(mp):
+    """The vocabulary reader unpickles with pickle itself: whatever the file names runs."""
+    import pickle
+
+    from transformer_xl.text import safe_pickle
+
+    mp.setattr(safe_pickle, "_unpickle", lambda stream, origin: pickle.load(stream))
+
+
+@breakage("target-log-probs-in-bf16")
+def _target_log_probs_in_bf16(mp):
+    """The adaptive softmax's log-probabilities of targets pass through bf16 before they are returned."""
+    from transformer_xl.model.adaptive import ProjectedAdaptiveLogSoftmax
+
+    forward = ProjectedAdaptiveLogSoftmax.forward
+    mp.setattr(ProjectedAdaptiveLogSoftmax, "forward",
+               lambda self, hidden, target: forward(self, hidden, target).bfloat16().float())
+
+
+@breakage("memory-not-detached")
+def _memory_not_detached(mp):
+    """The memory keeps the graph of the segment it came from: gradients flow back into earlier segments."""
+    import torch
+
+    from transformer_xl.model import backbone, memory
+
+    def update_mems(hids, mems, mem_len, ext_len):
+        mlen = 0 if not mems else mems[0].size(1)
+        beg, end = memory.cache_window(mlen, hids[0].size(1), mem_len, ext_len)
+        if beg >= mlen:
+            return [h[:, beg - mlen:end - mlen] for h in hids]
+        return [torch.cat([m[:, beg:], h[:, :end - mlen]], dim=1) for m, h in zip(mems, hids)]
+
+    mp.setattr(backbone, "update_mems", update_mems)
+
+
+@breakage("corpus-cache-rewritten")
+def _corpus_cache_rewritten(mp):
+    """A cached corpus is written again each time it is loaded (without tokenizing anything again)."""
+    import numpy as np
+
+    from transformer_xl.data import corpus
+
+    load = corpus.load_corpus_files
+
+    def rewriting(directory):
+        cached = load(directory)
+        if cached is None:
+            return None
+        vocab, arrays, meta = cached
+        corpus.save_corpus(directory, vocab, {k: np.array(v) for k, v in arrays.items()}, meta)
+        return load(directory)
+
+    mp.setattr(corpus, "load_corpus_files", rewriting)
+
+
+@breakage("default-corpus-rebuilt")
+def _default_corpus_rebuilt(mp):
+    """A corpus is built again at every load: its cache is never found."""
+    from transformer_xl.data import corpus
+
+    load, calls = corpus.load_corpus_files, []
+
+    def forgetful(directory):  # the first look misses; the read-back after writing finds it
+        calls.append(directory)
+        return None if len(calls) % 2 else load(directory)
+
+    mp.setattr(corpus, "load_corpus_files", forgetful)
+
+
 def pytest_configure(config):
     name = os.environ.get("TXL_BREAKAGE", "")
     if name not in BREAKAGES:
