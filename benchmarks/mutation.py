@@ -389,11 +389,19 @@ def fresh_import() -> None:
         del sys.modules[name]
 
 
-def tests_of_line(measured: dict, line: int) -> List[str]:
-    """The tests that ran ``line`` in the clean run, fastest first (every test when collection ran it)."""
+def tests_of_line(measured: dict, line: int, seconds: float = float("inf")) -> List[str]:
+    """The tests that ran ``line`` in the clean run (every test when collection ran it), fastest first, as many as
+    fit in ``seconds`` of the clean run's time (at least one)."""
     names = measured["lines"].get(str(line), [])
     chosen = measured["order"] if "" in names else [n for n in measured["order"] if n in names]
-    return sorted(chosen, key=lambda n: measured["seconds"][n])
+    chosen = sorted(chosen, key=lambda n: measured["seconds"][n])
+    out, spent = [], 0.0
+    for name in chosen:
+        spent += measured["seconds"][name]
+        if out and spent > seconds:
+            break
+        out.append(name)
+    return out
 
 
 def first_failure(log: Path) -> str:
@@ -422,7 +430,7 @@ def existing(tests: Sequence[str]) -> List[str]:
 
 
 def mutate_target(target: Target, sandbox: Sandbox, deadline: float, timeout_factor: float, work: Path,
-                  only: Optional[Sequence[int]] = None) -> dict:
+                  only: Optional[Sequence[int]] = None, test_seconds: float = 10.0) -> dict:
     source = (PACKAGE / target.path).read_text(encoding="utf-8")
     mutants = make_mutants(source, target.functions)
     if only:
@@ -441,7 +449,8 @@ def mutate_target(target: Target, sandbox: Sandbox, deadline: float, timeout_fac
           f"{clean:.1f} s", flush=True)
     for m in mutants:
         entry = {"number": m.number, "line": m.line, "function": m.function, "before": m.before, "after": m.after}
-        chosen = tests_of_line(measured, m.line) or tests_of_line(measured, m.body_line)  # (a default value)
+        chosen = (tests_of_line(measured, m.line, test_seconds)
+                  or tests_of_line(measured, m.body_line, test_seconds))  # (a default value)
         if not chosen:
             entry.update(status="uncovered")
         elif time.monotonic() > deadline:
@@ -509,7 +518,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the targets and their mutant counts")
     parser.add_argument("--show", type=int, help="print the diff of one mutant (with one --target)")
     parser.add_argument("--budget-min", type=float, default=90.0, help="stop starting mutants after this (minutes)")
-    parser.add_argument("--timeout-factor", type=float, default=3.0, help="a mutant's time limit / the clean run's")
+    parser.add_argument("--timeout-factor", type=float, default=3.0, help="a mutant's limit / its tests' time")
+    parser.add_argument("--test-seconds", type=float, default=10.0,
+                        help="a mutant runs the fastest tests of its line that took this long in the clean run")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     by_name = {t.name: t for t in TARGETS}
@@ -546,7 +557,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         work = Path(tmp) / "logs"
         work.mkdir()
         for t in targets:
-            results.append(mutate_target(t, sandbox, deadline, args.timeout_factor, work, args.mutant))
+            results.append(mutate_target(t, sandbox, deadline, args.timeout_factor, work, args.mutant,
+                                         args.test_seconds))
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps({"minutes": round((time.monotonic() - started) / 60, 1),
