@@ -542,6 +542,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.writelines(difflib.unified_diff(source.splitlines(True), m.code.splitlines(True),
                                                    f"a/{t.path}", f"b/{t.path}"))
         return 0
+    sys.dont_write_bytecode = False  # the children read the bytecode of tests (pytest's rewrite) written once
     import numpy  # noqa: F401  (imported once here, not in every child)
     import pytest  # noqa: F401
     import torch  # noqa: F401
