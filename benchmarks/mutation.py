@@ -2,30 +2,41 @@
 module; a mutant the tests do not notice (it survives) is a property nothing checks.
 
 Mutants are made by mutmut's own operators (``mutmut.mutation.mutators``: ``+`` to ``-``, ``<`` to ``<=``,
-``True`` to ``False``, a number plus one, an argument dropped, an assignment to ``None`` ...), applied one at a
-time to a copy of the package, with no trampolines in the code under test (so ``torch.export``, ``torch.compile``
-and decorated functions run as written). What this script adds to mutmut is the per-module test subset and the
-time budget: mutmut 3 picks the tests of a mutant by a coverage run of the whole suite, which here takes minutes
-per mutant; each target below names the few fast test files that claim its module.
+``True`` to ``False``, a number plus one, an argument dropped, an assignment to ``None`` ...), one change each,
+inside the functions of a target module. What this script adds to mutmut is the per-module test subset and the
+time budget: mutmut 3 maps tests to mutants with a coverage run of its whole test directory and runs its mutants
+through trampolines in the code (which ``torch.export`` and decorated functions do not run as written); here each
+target names the few test files that claim its module.
 
-Each mutant runs in a child forked from this process (which has imported torch, numpy and pytest once, but never
-``transformer_xl``), with the mutated copy first on ``sys.path`` and ``PYTHONPATH``, as ``pytest -x``: killed
-when a test fails or it errors, survived when every test passes, ``timeout`` (counted as killed, as mutmut does)
-when it runs past ``--timeout-factor`` times the clean run. Lines no selected test runs (a coverage run of the
-clean copy) are reported as ``uncovered`` without running, and count as survived.
+How a mutant runs:
 
-Not code that is run by the tests themselves: not docstrings, type annotations, imports, decorators, ``raise``
-statements (their messages are judged by the bad-input tests) and logging calls. A line ending in
-``# pragma: no mutate`` is left alone.
+* once per target, its test files run on a clean copy of the package under coverage, with every test's node id
+  as the coverage context: which test runs which line, and how long each test takes;
+* a mutant runs only the tests that ran its line (for a changed default value, its function's first line), fastest
+  first, as many as took ``--test-seconds`` in the clean run, as ``pytest -x``;
+* it runs in a child forked from this process, which imported torch, pytest and the clean package once: the child
+  swaps the mutated function's code object into the live function (every import of it, bound method and
+  registered callback then runs the mutant); where that cannot be done (a default value, a class body) the child
+  imports the package afresh. The mutated file is also written to the copy, for the tests' own subprocesses;
+* killed when a test fails or errors, survived when they pass, ``timeout`` (counted as killed, as mutmut does)
+  past ``--timeout-factor`` times its tests' clean time plus 15 s. A line no test of the target runs is
+  ``uncovered`` (not run; counted as survived).
 
-    python benchmarks/mutation.py --list                      # the targets and their mutant counts
+Left alone: docstrings, type annotations, imports, decorators, ``raise`` statements (their messages are judged by
+the bad-input tests), logging calls, a line ending in ``# pragma: no mutate``, and ``device=`` arguments (on the CPU
+every device is the default one: such a mutant is equivalent wherever this runs). Of mutmut's two argument mutants
+(an argument dropped, or replaced by ``None``) only the first is made for calls of several arguments: ``None`` there
+only makes the call raise.
+
+    python benchmarks/mutation.py --list                      # the targets, their mutant counts and tests
     python benchmarks/mutation.py --target memory --target visibility --json out.json
     python benchmarks/mutation.py --budget-min 80 --json benchmarks/results/mutation.json
     python benchmarks/mutation.py --target memory --show 12   # the diff of one mutant
 
 One mutant at a time (the tests use the cores); ``--budget-min`` stops starting new mutants when spent (the rest are
-reported as not run). The summary is a Markdown table: killed / total per target and the survivors with their
-line, for docs/TESTING.md.
+reported as not run). The summary is a Markdown table of killed / total per target and the mutants not killed,
+with their line (docs/TESTING.md). mutmut's operators are imported from its package (``mutmut>=3.8,<3.9`` in the
+``dev`` extra: where they live is not mutmut's public interface).
 """
 
 from __future__ import annotations
