@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import random_tokens, tiny_model
+from helpers import assert_real_signal, random_tokens, tiny_model
 
 from transformer_xl.export import DecodeGraph, SegmentGraph, fresh_memory, fresh_state
 from transformer_xl.generation import DecodingCache
@@ -18,6 +18,12 @@ MODELS = {
                                  mem_len=4),
     "pre-ln-untied": dict(n_token=60, pre_lnorm=True, untie_r=True, tgt_len=4, mem_len=6),
 }
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_models_have_real_signal(name):
+    model = tiny_model(seed=len(name), **MODELS[name])
+    assert_real_signal(model, random_tokens(2, 12, n_token=60, seed=1))
 
 
 @pytest.mark.parametrize("seg", [None, 1, 5])

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import random_tokens, tiny_model
+from helpers import assert_real_signal, random_tokens, tiny_model
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.generation import DecodingCache, SamplingConfig, SegmentDecoder, generate
@@ -135,3 +135,10 @@ def test_other_attention_types_generate_with_segment_method(attn_type):
     for token in greedy:
         assert token == int(rerun_log_probs(model, row).argmax())
         row.append(token)
+
+
+@pytest.mark.parametrize("overrides", [VARIANTS[v] for v in sorted(VARIANTS)] + [dict(attn_type=2)], ids=str)
+def test_the_models_here_have_real_signal(overrides):
+    """What these tests compare (log-probs, greedy and sampled tokens) moves with attention in their models."""
+    model = tiny_model(seed=4, **{"tgt_len": 5, "mem_len": 4, **overrides})
+    assert_real_signal(model, random_tokens(2, 32, seed=4))
