@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from transformer_xl.model import TransformerXL, TransformerXLConfig
@@ -32,3 +34,43 @@ def randomize_(model: torch.nn.Module, seed: int = 0) -> None:
 
 def random_tokens(*shape, n_token: int = 60, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, n_token, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def attention_effect(model, ids: torch.Tensor) -> float:
+    """How much the model's numbers depend on attention: the mean absolute change of the per-token losses of
+    ``ids [B, T]`` (next-token losses, one pass, no memory) when every layer's attention output projection
+    (``o_net``) is zeroed, relative to their mean.
+
+    Per token, not of the mean: for random weights the tokens whose loss rises and those whose loss falls cancel
+    in the mean (a 10,000-word model of std 0.3 moves its mean loss by 0.3% and its token losses by far more),
+    while what the tests compare (log-probabilities, per-token and per-document losses, greedy tokens) moves
+    with each token's."""
+    def losses(m) -> torch.Tensor:
+        with m.inference(mem_len=0, same_length=False):
+            return m(ids[:, :-1], labels=ids[:, 1:]).losses.double()
+
+    muted = copy.deepcopy(model)
+    for layer in muted.layers:
+        layer.dec_attn.o_net.weight.zero_()
+    full = losses(model)
+    return float((losses(muted) - full).abs().mean() / full.mean())
+
+
+def assert_real_signal(model, ids: torch.Tensor, at_least: float = 0.01) -> None:
+    """A fixture's check that it can show what its tests claim: zeroing attention changes its per-token losses by
+    more than ``at_least`` (1%) of the loss (:func:`attention_effect`), so a broken attention, memory or position
+    path changes the numbers the tests compare."""
+    effect = attention_effect(model, ids)
+    assert effect > at_least, f"zeroing attention changes this fixture's losses by only {effect:.2e} (relative)"
+
+
+def randomize_checkpoint(directory, seed: int = 0):
+    """Replace the weights saved in ``directory`` (``config.json`` + ``model.safetensors``, e.g. a run's ``best/``)
+    by random ones of std 0.3 (:func:`randomize_`), far from any trivial state; returns the model."""
+    from transformer_xl.model import TransformerXL
+
+    model = TransformerXL.from_pretrained(directory).eval()
+    randomize_(model, seed)
+    model.save_pretrained(directory)
+    return model

@@ -11,6 +11,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from transformers import TransfoXLConfig, TransfoXLLMHeadModel, TransfoXLTokenizer
 
+from helpers import assert_real_signal
+
 from transformer_xl import TransformerXL
 from transformer_xl.cli import main
 from transformer_xl.generation import DecodingCache
@@ -64,7 +66,10 @@ def save_hf(model, directory, fmt: str):
 def convert(directory, weights) -> TransformerXL:
     out = directory / "converted"
     assert main(["convert", "--from", "hf", "--config", str(directory / "config.json"), str(weights), str(out)]) == 0
-    return TransformerXL.from_pretrained(out).eval()
+    model = TransformerXL.from_pretrained(out).eval()
+    ids = torch.randint(0, model.config.n_token, (2, 12), generator=torch.Generator().manual_seed(0))
+    assert_real_signal(model, ids)  # a model whose numbers attention moves
+    return model
 
 
 def segments(seed: int, seg_len: int, n: int = 3, batch: int = 2):

@@ -181,12 +181,14 @@ def _absolute_rows(table: Tensor, n: int) -> Tensor:
     return torch.cat([table[:1].expand(n - table.size(0), -1), table])
 
 
-def reference_losses(sd: Dict[str, Tensor], a: dict, segments: List[Tensor], targets: List[Tensor]) -> List[Tensor]:
+def reference_losses(sd: Dict[str, Tensor], a: dict, segments: List[Tensor], targets: List[Tensor],
+                     memories: Optional[list] = None) -> List[Tensor]:
     """Per-token NLL ``[B, L]`` for each segment, carrying memory from segment to segment.
 
     ``sd`` is a state dict in the original naming; ``a`` holds the original constructor arguments
     (``n_token, d_model, n_head, d_head, n_layer, attn_type, pre_lnorm, mem_len, clamp_len,
-    same_length, cutoffs, div_val``). ``segments[s]`` and ``targets[s]`` are ``[B, L]``.
+    same_length, cutoffs, div_val``). ``segments[s]`` and ``targets[s]`` are ``[B, L]``. ``memories``, when
+    given, receives the memory left after each segment: ``n_layer x [B, M, d_model]``.
     """
     sd = {k: v.double().float() for k, v in sd.items()}
     n_layer, d_model, at = a["n_layer"], a["d_model"], a["attn_type"]
@@ -224,4 +226,6 @@ def reference_losses(sd: Dict[str, Tensor], a: dict, segments: List[Tensor], tar
             mems[b] = [torch.cat([mems[b][l], inputs[l]])[max(0, klen - mem_len):] if mem_len > 0
                        else torch.zeros(0, d_model) for l in range(n_layer)]
         results.append(seg_losses)
+        if memories is not None:
+            memories.append([torch.stack([mems[b][l] for b in range(bsz)]) for l in range(n_layer)])
     return results

@@ -1,6 +1,10 @@
 """Precision by CPU: bf16 autocast only where the CPU multiplies bf16 natively, else fp32 with one line."""
 
 import logging
+import os
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,12 +20,16 @@ GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n\n"
 
 
 @pytest.mark.parametrize("text, native", [(AVX2_ONLY, False), (ZEN4, True), (SAPPHIRE, True), (SKYLAKE, False),
-                                          (GRAVITON3, True)])
-def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, text, native):
+                                          (GRAVITON3, True)],
+                         ids=["avx2-only", "zen4", "sapphire-rapids", "skylake", "graviton3"])
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, monkeypatch, text, native):
+    """What each processor has, by its vendor: Zen 4 avx512_bf16, Sapphire Rapids AMX, Graviton 3 Arm's bf16;
+    Skylake and an AVX2-only processor none."""
     info = tmp_path / "cpuinfo"
     info.write_text(text)
-    flags = devices.cpu_flags(str(info))
-    assert bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) is native
+    read = devices.cpu_flags
+    monkeypatch.setattr(devices, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": read(str(info)))
+    assert devices._cpu_has_bf16() is native
 
 
 def test_without_native_bf16_training_falls_back_to_fp32_with_one_line(monkeypatch, caplog):
@@ -45,8 +53,18 @@ def test_fp16_on_cpu_is_one_error():
         devices.autocast_dtype("fp16", torch.device("cpu"))
 
 
-def test_this_machines_answer_follows_its_flags():
-    flags = devices.cpu_flags()
-    if flags is None:
-        pytest.skip("no /proc/cpuinfo on this system")
-    assert devices._cpu_has_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+ONEDNN_ISA = "import torch; torch.ones(4, 4).to_mkldnn()"  # a oneDNN reorder: oneDNN starts and says its ISA
+
+
+def test_this_machines_answer_is_onednns():
+    """On x86 the outside truth is oneDNN's own reading of the processor (CPUID, not /proc/cpuinfo): the instruction
+    set it reports names bfloat16 (AVX-512 BF16 or AMX) or is AVX10, which includes it."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or devices.cpu_flags() is None:
+        pytest.skip("oneDNN names the bf16 instructions on x86 Linux only")
+    done = subprocess.run([sys.executable, "-c", ONEDNN_ISA], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ONEDNN_VERBOSE": "1", "DNNL_VERBOSE": "1"})
+    isa = [line for line in done.stdout.splitlines() if ",info,cpu,isa:" in line]
+    if not isa:
+        pytest.skip("this torch build's oneDNN says nothing of the instruction set")
+    native = "bfloat16" in isa[0] or "AVX10" in isa[0]
+    assert devices._cpu_has_bf16() is native, isa[0]

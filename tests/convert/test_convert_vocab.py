@@ -11,14 +11,17 @@ import warnings
 import pytest
 import torch
 from data_fixtures import require
-from hf_oracle import hf_model, save_hf
+from helpers import assert_real_signal
 
 from transformer_xl import TransformerXL, TransformerXLConfig
 from transformer_xl.cli import main
 from transformer_xl.convert import export_state_dict
 from transformer_xl.data import load_vocab
 
+pytest.importorskip("transformers")
 pytest.importorskip("sacremoses")
+
+from hf_oracle import hf_ids, hf_model, hf_text, save_hf
 
 CORPUS = """The company 's 1,000 workers earned 3.5 million dollars in 1999-2000 .
 " It is a well-known fact , " he said ; ( really ) ! <unk> words are rare .
@@ -48,7 +51,7 @@ def hf_folder(tmp_path):
     tok, vocab_pkl = hf_tokenizer_pkl(tmp_path)
     hf = hf_model(dict(vocab_size=len(tok.sym2idx), cutoffs=[10, 25], div_val=2))  # len(tok) counts added tokens too
     save_hf(hf, tmp_path, "bin")
-    return tmp_path, tok, vocab_pkl
+    return tmp_path, tok, vocab_pkl, hf
 
 
 def run(capsys, *argv):
@@ -58,7 +61,7 @@ def run(capsys, *argv):
 
 
 def test_convert_with_huggingface_vocab_then_generate_and_score(hf_folder, capsys, tmp_path):
-    folder, tok, vocab_pkl = hf_folder
+    folder, tok, vocab_pkl, hf = hf_folder
     out = folder / "converted"
     code, stdout, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json", "--vocab", vocab_pkl,
                             folder / "pytorch_model.bin", out)
@@ -68,16 +71,32 @@ def test_convert_with_huggingface_vocab_then_generate_and_score(hf_folder, capsy
     text = "The workers earned 1,000 dollars , he said ."
     words = tok.tokenize(text)
     assert vocab.encode(text).tolist()[:len(words)] == [tok.sym2idx.get(w, tok.unk_idx) for w in words]
-    code, stdout, err = run(capsys, "generate", out, "--prompt", "The company", "--greedy", "--max-new-tokens", "5")
-    assert code == 0 and stdout.startswith("The company"), err
-    (tmp_path / "doc.txt").write_text("The workers earned 3.5 million dollars .\n", encoding="utf-8")
+    # generate and score judged by HuggingFace: its greedy tokens, detokenized by its Moses, and its NLL
+    assert_real_signal(TransformerXL.from_pretrained(out), torch.tensor([vocab.encode(CORPUS).tolist()]))
+    prompt = tok.tokenize("The company")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        greedy = hf.generate(torch.tensor([hf_ids(tok, prompt)]), max_new_tokens=8, do_sample=False,
+                             pad_token_id=0)[0, len(prompt):].tolist()
+    idx2sym = {i: w for w, i in tok.sym2idx.items()}
+    assert len(set(greedy)) > 1, greedy  # not one token repeated
+    code, stdout, err = run(capsys, "generate", out, "--prompt", "The company", "--greedy", "--max-new-tokens", "8")
+    assert code == 0, err
+    assert stdout == hf_text(tok, prompt + [idx2sym[i] for i in greedy]) + "\n"
+    doc = "The workers earned 3.5 million dollars ."
+    (tmp_path / "doc.txt").write_text(doc + "\n", encoding="utf-8")
     code, stdout, err = run(capsys, "score", out, tmp_path / "doc.txt", "--json")
     assert code == 0, err
-    assert json.loads(stdout)["tokens"] > 5
+    ids = torch.tensor([hf_ids(tok, tok.tokenize(doc)) + [tok.sym2idx["<eos>"]]])
+    with torch.no_grad():
+        nll = float(hf(ids, labels=ids).losses.double().sum())  # one segment: losses of ids[1:]
+    scored = json.loads(stdout)
+    assert scored["tokens"] == ids.size(1) - 1
+    assert scored["loss"] * scored["tokens"] == pytest.approx(nll, rel=1e-5)
 
 
 def test_vocabulary_of_another_size_is_refused_before_writing(hf_folder, capsys):
-    folder, _, vocab_pkl = hf_folder
+    folder, _, vocab_pkl, _ = hf_folder
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1}))
     code, _, err = run(capsys, "convert", "--from", "hf", "--config", folder / "config.json", "--vocab", vocab_pkl,
@@ -95,7 +114,7 @@ class Payload:
 
 
 def test_vocab_pkl_with_a_payload_runs_nothing(hf_folder, capsys):
-    folder, _, vocab_pkl = hf_folder
+    folder, _, vocab_pkl, _ = hf_folder
     marker = folder / "pwned"
     with open(vocab_pkl, "rb") as fh:
         values = pickle.load(fh)  # the test's own file, written above by HuggingFace
@@ -111,7 +130,7 @@ def test_vocab_pkl_with_a_payload_runs_nothing(hf_folder, capsys):
 
 @pytest.mark.parametrize("kind", ["truncated", "foreign"])
 def test_bad_vocab_files_give_one_line(hf_folder, capsys, kind):
-    folder, _, vocab_pkl = hf_folder
+    folder, _, vocab_pkl, _ = hf_folder
     with open(vocab_pkl, "rb") as fh:
         data = fh.read()
     with open(vocab_pkl, "wb") as fh:
@@ -183,7 +202,7 @@ def test_converting_without_a_vocabulary_says_what_it_costs(tmp_path, capsys, ca
 
 
 def test_huggingface_weights_given_as_original_suggest_from_hf(hf_folder, capsys):
-    folder, _, _ = hf_folder
+    folder, _, _, _ = hf_folder
     code, _, err = run(capsys, "convert", "--from", "original", "--config", folder / "config.json",
                        folder / "pytorch_model.bin", folder / "out")
     assert code == 2 and err.count("\n") == 1 and "--from hf" in err
@@ -191,7 +210,7 @@ def test_huggingface_weights_given_as_original_suggest_from_hf(hf_folder, capsys
 
 
 def test_huggingface_folder_converts_with_its_vocabulary_without_config(hf_folder, capsys):
-    folder, tok, _ = hf_folder
+    folder, tok, _, _ = hf_folder
     code, stdout, err = run(capsys, "convert", "--from", "hf", folder, folder / "out")
     assert code == 0, err
     assert load_vocab(folder / "out").sym2idx == tok.sym2idx

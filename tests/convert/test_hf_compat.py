@@ -15,6 +15,9 @@ import warnings
 
 import pytest
 import torch
+
+pytest.importorskip("transformers")  # the dev extra: HuggingFace's own TransfoXL is the oracle
+
 from hf_oracle import (
     CONFIGS,
     N_TOKEN,

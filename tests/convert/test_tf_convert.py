@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_real_signal
 
 from transformer_xl.convert.tf import convert_tf_checkpoint, load_tf_model, read_flags
 from transformer_xl.convert.tf_checkpoint import TFCheckpoint, crc32c, mask_crc, read_tf_checkpoint
@@ -63,6 +64,8 @@ def test_converted_model_reproduces_tensorflow_losses(name, tmp_path):
     expected = np.load(d / "expected.npz")
     convert_tf_checkpoint(d / "model.ckpt", d / "flags.json", tmp_path / "out")
     model = TransformerXL.from_pretrained(tmp_path / "out")
+    assert_real_signal(model.eval(), torch.randint(0, model.config.n_token, (2, 12),
+                                                   generator=torch.Generator().manual_seed(0)))
     got = tf_losses(model, flags, expected)
     assert got.shape == expected["losses"].shape
     np.testing.assert_allclose(got, expected["losses"], rtol=0, atol=1e-4)

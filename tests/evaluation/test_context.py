@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from helpers import random_tokens, tiny_model
 
 from transformer_xl.errors import ConfigError
@@ -53,14 +54,28 @@ def test_recl_needs_a_group_and_all_lengths():
         recl({"A": {1: flat(1), 2: flat(1)}, "B": {1: flat(1)}}, [1, 2])
 
 
-def test_context_losses_are_aligned_across_lengths():
-    model = tiny_model(seed=5, tgt_len=4, mem_len=4)
+@pytest.mark.parametrize("attn_type, mem_len", [(0, 4), (2, 0)], ids=["xl", "vanilla"])
+def test_context_losses_are_aligned_across_lengths(attn_type, mem_len):
+    """Entry k of every length's losses is the same token's (row k // P, prediction k % P of the rows the data is
+    cut into): its loss given the c tokens up to the query, judged by a fresh pass over exactly that window (with
+    one layer, the memory of a Transformer-XL holds the embeddings themselves, so its same_length window of c is
+    that window too; the vanilla model slides a window of c)."""
+    model = tiny_model(seed=5, n_layer=1, attn_type=attn_type, tgt_len=4, mem_len=mem_len)
     data = random_tokens(2 * 40, seed=5).numpy()
-    losses = context_losses(model, data, [4, 8, 16], batch_size=2, max_tokens=30)
-    assert {c: v.shape for c, v in losses.items()} == {4: (60,), 8: (60,), 16: (60,)}
-    vanilla = tiny_model(seed=5, attn_type=2, tgt_len=4, mem_len=0)
-    sliding = context_losses(vanilla, data, [2, 4], batch_size=2, max_tokens=30)
-    assert sliding[2].shape == (60,) and not np.allclose(sliding[2], sliding[4])
+    losses = context_losses(model, data, [2, 4, 8], batch_size=2, max_tokens=30)
+    rows = torch.from_numpy(data.astype(np.int64)).view(2, 40)  # the data cut into 2 contiguous rows
+    for c, flat in losses.items():
+        assert flat.shape == (60,)
+        expected = np.empty((2, 30))
+        with torch.no_grad():
+            for b in range(2):
+                for j in range(30):  # the query at j predicts token j + 1
+                    window = rows[b, max(0, j - c + 1):j + 1]
+                    labels = torch.full_like(window, -100)
+                    labels[-1] = rows[b, j + 1]
+                    expected[b, j] = float(model(window[None], labels=labels[None]).losses[0, -1])
+        np.testing.assert_allclose(flat, expected.reshape(-1), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(losses[2], losses[8])  # the context changes the numbers compared
 
 
 def test_context_and_eval_speed_commands(tmp_path, capsys):

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_real_signal
 
 from transformer_xl import cli
 from transformer_xl.data import Vocab
 from transformer_xl.data.corpus_in_vocab import remap_ids
-from transformer_xl.model import TransformerXL, TransformerXLConfig
+from transformer_xl.evaluation import EvalSettings, evaluate
+from transformer_xl.model import RunLengths, TransformerXL, TransformerXLConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -34,6 +36,7 @@ def converted(tmp_path_factory):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.3)  # far from the initialisation, so losses differ per token
+    assert_real_signal(model, torch.tensor([by_hand(vocab, TRAIN.splitlines())]))
     model.save_pretrained(root / "model")
     vocab.save(root / "model")
     assert sorted(p.name for p in (root / "model").iterdir()) == ["config.json", "model.safetensors", "vocab.json"]
@@ -82,14 +85,25 @@ def test_eval_own_text_file_with_checkpoint_vocabulary(converted, tmp_path, caps
 
 
 def test_eval_paper_settings_flags(converted, tmp_path, capsys):
-    root, _, _ = converted
+    """--clamp-len and --same-length reach the evaluation: the loss is the library's with those lengths, and
+    differs from the loss without them (for this model, by far more than the tolerance)."""
+    root, model, vocab = converted
     (tmp_path / "test.txt").write_text(TRAIN)
     code, out, err = run(["eval", str(root / "model"), "--dataset", "text", "--test-file", str(tmp_path / "test.txt"),
-                          "--batch-size", "2", "--tgt-len", "8", "--mem-len", "16", "--clamp-len", "10",
+                          "--batch-size", "2", "--tgt-len", "8", "--mem-len", "16", "--clamp-len", "3",
                           "--same-length", "--json"], capsys)
     assert code == 0 and err == ""
     result = json.loads(out)
-    assert (result["tgt_len"], result["mem_len"], result["clamp_len"], result["same_length"]) == (8, 16, 10, True)
+    assert (result["tgt_len"], result["mem_len"], result["clamp_len"], result["same_length"]) == (8, 16, 3, True)
+    ids = torch.tensor(by_hand(vocab, TRAIN.splitlines()))
+
+    def loss(**lengths):
+        return evaluate(model, ids, EvalSettings(batch_size=2, lengths=RunLengths(8, 0, 16, **lengths))).loss
+
+    paper, neither = loss(clamp_len=3, same_length=True), loss()
+    assert result["loss"] == pytest.approx(paper, rel=1e-6)
+    for other in (neither, loss(clamp_len=3), loss(same_length=True)):
+        assert abs(other - paper) > 1e-3 * paper, (other, paper)
 
 
 @pytest.mark.skipif(not (DATA_DIR / "ptb" / "ptb.test.txt").is_file(), reason="PTB not in TXL_DATA_DIR")

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import randomize_, tiny_model
+from helpers import assert_real_signal, random_tokens, randomize_, tiny_model
 
 from transformer_xl import generate
 from transformer_xl.cli import main
@@ -46,6 +46,7 @@ FORMATS = [".onnx", ".pt2"]
 def build(name: str):
     model = tiny_model(seed=len(name), **MODELS[name])  # weights far from their initialisation (std 0.3, not 0.02)
     randomize_(model, seed=len(name))
+    assert_real_signal(model.eval(), random_tokens(2, 16, n_token=model.config.n_token, seed=len(name)))
     return model.eval()
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import random_tokens, tiny_model
+from helpers import assert_real_signal, random_tokens, tiny_model
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.generation import DecodingCache, SamplingConfig, SegmentDecoder, generate
@@ -108,7 +108,37 @@ def test_repetition_penalty():
     assert out.tolist() == [[1.0, -2.0, 3.0]]
 
 
-def test_other_attention_types_generate_with_segment_method():
-    model = tiny_model(seed=9, attn_type=2, tgt_len=4, mem_len=4)
-    out = generate(model, [[1, 2, 3, 4, 5, 6]], max_new_tokens=6, do_sample=False)
-    assert len(out[0]) == 6
+def rerun_log_probs(model, row):
+    """Next-token log-probs after ``row``, computed the slow way: the whole row run again from its start, segments
+    of tgt_len with memory carried."""
+    mems = None
+    with torch.no_grad():
+        for s in range(0, len(row), model.tgt_len):
+            out = model(torch.tensor([row[s:s + model.tgt_len]]), mems=mems)
+            mems = out.mems
+        return model.crit.log_probs(out.hidden_states[0, -1:])[0]
+
+
+@pytest.mark.parametrize("attn_type", [1, 2, 3])
+def test_other_attention_types_generate_with_segment_method(attn_type):
+    """Without a decoding cache (attn_type 1-3) generation re-runs the open segment after the memory of the full
+    ones: at every token the distribution of re-running the whole row, which the memory changes here."""
+    model = tiny_model(seed=9, attn_type=attn_type, tgt_len=4, mem_len=4)
+    prompt, forced = [1, 2, 3, 4, 5, 6], random_tokens(9, seed=attn_type).tolist()
+    decoder = SegmentDecoder(model, torch.device("cpu"))
+    steps = [decoder.feed(prompt)] + [decoder.feed([t]) for t in forced]
+    for k, log_probs in enumerate(steps):
+        torch.testing.assert_close(log_probs, rerun_log_probs(model, prompt + forced[:k]), rtol=1e-5, atol=1e-5)
+    with model.inference(mem_len=0):
+        assert (rerun_log_probs(model, prompt + forced) - steps[-1]).abs().max() > 1e-2
+    greedy, row = generate(model, [prompt], max_new_tokens=6, do_sample=False)[0], list(prompt)
+    for token in greedy:
+        assert token == int(rerun_log_probs(model, row).argmax())
+        row.append(token)
+
+
+@pytest.mark.parametrize("overrides", [VARIANTS[v] for v in sorted(VARIANTS)] + [dict(attn_type=2)], ids=str)
+def test_the_models_here_have_real_signal(overrides):
+    """What these tests compare (log-probs, greedy and sampled tokens) moves with attention in their models."""
+    model = tiny_model(seed=4, **{"tgt_len": 5, "mem_len": 4, **overrides})
+    assert_real_signal(model, random_tokens(2, 32, seed=4))

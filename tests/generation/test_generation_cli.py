@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+from helpers import assert_real_signal, randomize_checkpoint
 
 from transformer_xl.cli import main
-from transformer_xl.data import ByteVocab, Vocab
+from transformer_xl.data import ByteVocab, Vocab, load_corpus
 from transformer_xl.text.tokenizer import StreamDecoder, encode_prompt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,6 +24,10 @@ def ptb_run(tmp_path_factory):
                  "--run-dir", str(root / "run"), "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--d-head",
                  "16", "--d-inner", "64", "--tgt-len", "8", "--mem-len", "8", "--max-steps", "2", "--eval-interval",
                  "2", "--eval.max-steps", "1", "--progress", "false", "--tensorboard", "false"]) == 0
+    # two steps leave the weights near their initialisation: random ones of std 0.3 instead, checked
+    model = randomize_checkpoint(root / "run" / "best", seed=5)
+    corpus = load_corpus("ptb", data_dir=DATA_DIR / "ptb", cache_dir=root / "c")
+    assert_real_signal(model, torch.as_tensor(corpus.valid[:200].astype("int64")).view(2, 100))
     return root / "run"
 
 
@@ -36,11 +42,16 @@ def test_generate_streams_text_and_maps_unknown_words(ptb_run, capsys, caplog):
 
 
 def test_generate_is_reproducible_with_a_seed(ptb_run, capsys):
+    """The same seed prints the same 10 sampled tokens after the prompt; another seed other ones."""
     args = ["generate", str(ptb_run), "--prompt", "stocks fell", "--max-new-tokens", "10", "--seed", "11"]
-    main(args)
+    assert main(args) == 0
     first = capsys.readouterr().out
-    main(args)
+    generated = first[len("stocks fell"):-1]
+    assert first.startswith("stocks fell") and len(generated.split()) + generated.count("\n") == 10, first
+    assert main(args) == 0
     assert capsys.readouterr().out == first
+    assert main(args[:-1] + ["12"]) == 0
+    assert capsys.readouterr().out != first
 
 
 def test_checkpoint_without_vocabulary_is_one_line(ptb_run, tmp_path, capsys):

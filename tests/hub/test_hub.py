@@ -24,8 +24,10 @@ import torch
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("sacremoses")
+pytest.importorskip("transformers")  # hf_oracle: HuggingFace's own TransfoXL judges
 
 from data_fixtures import one_line, require
+from helpers import assert_real_signal
 from hf_oracle import TransfoXLLMHeadModel, hf_ids, hf_model, hf_text, hf_tokenizer, save_hf, worst_differences
 from hub_cache import add_commit, add_folder, repo_folder
 from hub_endpoint import HubEndpoint
@@ -70,6 +72,8 @@ def _hf_folder(root: Path, name: str, vocab_size: int, seed: int, formats) -> Pa
         folder.mkdir(exist_ok=True)
         for f in part.iterdir():
             (folder / f.name).write_bytes(f.read_bytes())
+    ids = torch.randint(0, vocab_size, (2, 24), generator=torch.Generator().manual_seed(seed))
+    assert_real_signal(TransformerXL.from_pretrained(folder).eval(), ids)  # numbers that attention moves
     return folder
 
 

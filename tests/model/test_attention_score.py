@@ -3,7 +3,7 @@
 import pytest
 import torch
 from helpers import tiny_model
-from reference import brute_force_rel_scores
+from reference import brute_force_rel_scores, sinusoid
 
 from transformer_xl.model.attention import distances, rel_attn_score, rel_shift, segment_visibility, sinusoid_table
 
@@ -22,7 +22,8 @@ def fast_scores(model, layer: int, h: torch.Tensor, mems):
 
 
 @pytest.mark.parametrize("mlen,qlen", [(0, 6), (3, 6), (9, 4)], ids=["no-memory", "M<L", "M>L"])
-@pytest.mark.parametrize("clamp_len,same_length", [(-1, False), (3, False), (-1, True), (4, True)])
+@pytest.mark.parametrize("clamp_len,same_length", [(-1, False), (3, False), (-1, True), (4, True), (0, False),
+                                                   (1, False)])
 def test_shift_trick_equals_brute_force(mlen, qlen, clamp_len, same_length):
     mem_len = 7
     model = tiny_model(seed=mlen + qlen, clamp_len=clamp_len, same_length=same_length, mem_len=mem_len)
@@ -67,3 +68,19 @@ def test_no_gather_of_position_vectors(monkeypatch):
     fast_scores(model, 0, h, mems)
     assert ((2, 2, 6, 8), (2, 8, 11)) in seen  # (q+v) [B,H,L,D] @ r_k^T [H,D,K+1]
     assert all(len(a) <= 4 and len(b) <= 4 for a, b in seen)
+
+
+@pytest.mark.parametrize("clamp_len, expected", [(-1, [6, 5, 4, 3, 2, 1, 0]), (0, [6, 5, 4, 3, 2, 1, 0]),
+                                                 (1, [1, 1, 1, 1, 1, 1, 0]), (4, [4, 4, 4, 3, 2, 1, 0])])
+def test_distances_count_down_and_clamp_only_above_zero(clamp_len, expected):
+    pos = distances(6, clamp_len, "cpu")
+    assert pos.dtype == torch.float32 and pos.tolist() == expected
+
+
+def test_sinusoid_table_is_the_papers():
+    """Sines of pos / 10000^(2k/d) first, then the cosines: each row judged by the reference's formula."""
+    pos = torch.tensor([0.0, 1.0, 3.0, 17.0])
+    table = sinusoid_table(pos, 8)
+    assert table.shape == (4, 8)
+    for row, p in zip(table, pos.tolist()):
+        torch.testing.assert_close(row, sinusoid(p, 8), rtol=1e-6, atol=1e-6)

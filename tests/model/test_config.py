@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import torch
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.model import TransformerXLConfig
+from transformer_xl.model import TransformerXL, TransformerXLConfig
 
 BAD = [
     (dict(cutoffs=[100, 50], n_token=200), "cutoffs"),
@@ -40,9 +41,25 @@ def test_out_of_range_value_names_the_field(values, field):
 
 @pytest.mark.parametrize("attn_type", [0, 1, 2])
 def test_any_number_of_heads_of_any_size(attn_type):
-    """As in the original code, n_head * d_head need not be d_model (only attn_type 3 adds the two)."""
-    cfg = TransformerXLConfig(d_model=100, n_head=3, d_head=40, attn_type=attn_type)
-    assert (cfg.d_model, cfg.n_head, cfg.d_head) == (100, 3, 40)
+    """As in the original code, n_head * d_head need not be d_model (only attn_type 3 adds the two): the model built
+    from such a config projects states of 100 to 3 heads of 40 and back, and runs."""
+    cfg = TransformerXLConfig(n_token=50, n_layer=2, d_model=100, n_head=3, d_head=40, d_inner=64, attn_type=attn_type,
+                              tgt_len=4, mem_len=4)
+    model = TransformerXL(cfg).eval()
+    for layer in model.layers:
+        attn = layer.dec_attn
+        assert (attn.n_head, attn.d_head) == (3, 40)
+        if attn_type in (0, 1):
+            assert attn.qkv_net.weight.shape == (3 * 120, 100)
+        else:
+            assert attn.q_net.weight.shape == (120, 100) and attn.kv_net.weight.shape == (2 * 120, 100)
+        assert attn.o_net.weight.shape == (100, 120)
+    if attn_type == 0:
+        assert model.r_w_bias.shape == model.r_r_bias.shape == (3, 40)
+    x = torch.arange(8).view(2, 4)
+    out = model(x, labels=x)
+    out = model(x, labels=x, mems=out.mems)
+    assert out.losses.shape == (2, 4) and bool(torch.isfinite(out.loss)) and out.mems[0].shape == (2, 4, 100)
 
 
 def test_defaults_are_valid_and_round_trip_through_json(tmp_path):

@@ -3,6 +3,9 @@
 import pytest
 import torch
 from helpers import random_tokens, tiny_model
+from reference import reference_losses
+
+from transformer_xl.convert import export_state_dict
 
 
 def run_segments(model, tokens, labels, seg_len):
@@ -70,12 +73,25 @@ def test_memory_trimmed_to_mem_len_and_ext_len():
         torch.testing.assert_close(third.mems[layer], expected, rtol=0, atol=0)
 
 
-def test_memory_is_the_layer_inputs_of_the_last_positions():
-    model = tiny_model(tgt_len=4, mem_len=3)
-    x = random_tokens(2, 4)
-    out = model(x, output_hidden_states=True)
-    for layer in range(model.config.n_layer):
-        torch.testing.assert_close(out.mems[layer], out.all_hidden_states[layer][:, -3:], rtol=0, atol=0)
+@pytest.mark.parametrize("mem_len", [3, 6])
+@pytest.mark.parametrize("attn_type", [0, 2])
+def test_memory_is_the_layer_inputs_of_the_last_positions(attn_type, mem_len):
+    """Judged by the independent reference (tests/reference.py), which computes each layer's input itself: the
+    memory after every segment holds the inputs of each layer for the last mem_len positions (a memory shorter
+    than a segment, and one longer, which keeps states of two segments)."""
+    model = tiny_model(seed=attn_type, attn_type=attn_type, tgt_len=4, mem_len=mem_len)
+    state, args = export_state_dict(model, "original")
+    x = random_tokens(2, 13, seed=1)
+    segments = [x[:, s:s + 4] for s in range(0, 12, 4)]
+    targets = [x[:, s + 1:s + 5] for s in range(0, 12, 4)]
+    memories = []
+    reference_losses(state, args, segments, targets, memories)
+    mems = None
+    with torch.no_grad():
+        for seg, expected in zip(segments, memories):
+            mems = model(seg, mems=mems).mems
+            for layer in range(model.config.n_layer):
+                torch.testing.assert_close(mems[layer], expected[layer], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("eval_mem_len", [0, 2, 12])

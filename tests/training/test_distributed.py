@@ -22,7 +22,7 @@ from transformer_xl.training.metrics_log import read_metrics
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TXL_DATA_DIR", REPO.parent / "shared" / "data"))
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-DEAD_RANK_BOUND_S = 30.0  # measured: under 1 s on 2 CPU cores
+HANG_GUARD_S = 300  # only a hang reaches it: far beyond the runs' --dist-timeout 60
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
@@ -151,14 +151,18 @@ def test_killed_rank_stops_the_job_and_resume_is_exact(tmp_path, cache, referenc
         time.sleep(0.01)
     victim = worker_pid(launcher.pid, 1)
     os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
     try:
-        _, err = launcher.communicate(timeout=DEAD_RANK_BOUND_S + 30)
+        _, err = launcher.communicate(timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         launcher.kill()
         raise AssertionError("the launcher did not exit after a rank was killed")
-    took = time.monotonic() - killed_at
-    assert launcher.returncode != 0 and took < DEAD_RANK_BOUND_S, (launcher.returncode, took, err[-2000:])
+    assert launcher.returncode != 0, err[-2000:]
+    # why the job ended: rank 1's SIGKILL is torchrun's root cause, and rank 0 stopped at once, seeing the lost
+    # peer or ended by the launcher, not by the collective timeout it would otherwise have waited for
+    root = err.split("Root Cause", 1)[-1]
+    assert "rank      : 1" in root and "(SIGKILL)" in root, err[-3000:]
+    assert "rank 0: lost the other processes" in err or "exitcode  : -15" in err, err[-3000:]
+    assert "timed out" not in err.lower(), err[-3000:]
     done = train_losses(run)
     assert max(done) < 40, "the run finished before a rank could be killed"
 

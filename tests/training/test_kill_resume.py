@@ -46,6 +46,18 @@ def run_in_child(args, kill_at=None, resume=False):
     return pid
 
 
+def kill_moment(run: Path, pid: int, rng: random.Random, step_seconds: float) -> None:
+    """Wait until the child has logged a random step before the last, then a random part of a step more (the
+    reference's time per step): the kill lands inside the run, whatever the start-up took."""
+    target = rng.randint(1, MAX_STEPS - 2)
+    deadline = time.monotonic() + 120
+    while not any(r["step"] >= target for r in read_metrics(run)):
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "the training child ended before its kill"
+        assert time.monotonic() < deadline, f"step {target} was not logged in 120 s"
+        time.sleep(0.005)
+    time.sleep(rng.uniform(0.0, 1.0) * step_seconds)
+
+
 def file_content(path: Path):
     """Comparable content: safetensors as (metadata, tensors) - the header's key order varies between
     processes - run.yaml without the run directory, other files as bytes."""
@@ -113,11 +125,13 @@ def test_sigkill_anywhere_then_resume_equals_an_uninterrupted_run(tmp_path, corp
         nth = rng.randint(1, passes[point])
         pid = run_in_child(args, kill_at=(point, nth))
         assert wait_child(pid) == -signal.SIGKILL, f"{point}:{nth} was not reached"
-    else:  # a random moment: data loading, a step, validation, metrics or checkpoint writing
+    else:  # a random moment between two logged steps: a step, validation, metrics or checkpoint writing
         pid = run_in_child(args)
-        time.sleep(rng.uniform(0.2, 1.0) * seconds)
+        kill_moment(run, pid, rng, seconds / MAX_STEPS)
         os.kill(pid, signal.SIGKILL)
-        wait_child(pid)
+        assert wait_child(pid) == -signal.SIGKILL, "the run ended before it was killed"
+        last = max(r["step"] for r in read_metrics(run))
+        assert 0 < last < MAX_STEPS, f"killed after step {last}"
     # the killed run held the lock (unless killed before taking it): the kernel released it, resume takes it over
     result = train(load_run_config("default", args), resume=True)
     assert result.steps == MAX_STEPS

@@ -1,9 +1,12 @@
 """Run configs: built-in YAML files, command-line overrides, schedules."""
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
+import transformer_xl
 from transformer_xl.errors import ConfigError
 from transformer_xl.model.config import RunLengths, TransformerXLConfig
 from transformer_xl.training.run_config import (
@@ -15,12 +18,30 @@ from transformer_xl.training.run_config import (
 )
 from transformer_xl.training.schedule import lr_at
 
+CONFIGS = Path(transformer_xl.__file__).parent / "configs"
+
+
+def as_written(file: str) -> dict:
+    """A built-in config's sections as its YAML file writes them, a ``base:`` file's values first."""
+    raw = yaml.safe_load((CONFIGS / file).read_text(encoding="utf-8"))
+    merged = as_written(raw.pop("base")) if "base" in raw else {}
+    for section, values in raw.items():
+        merged.setdefault(section, {}).update(values or {})
+    return merged
+
 
 @pytest.mark.parametrize("name", builtin_config_names())
 def test_every_builtin_config_is_valid(name):
+    """Every value its file writes reaches the run config, and the model's config."""
     cfg = load_run_config(name)
     model = cfg.model_config(n_token=1_000_000 if cfg.model.given.get("cutoffs") else 256)
-    assert model.n_layer >= 1
+    written = as_written(name + ".yaml")
+    assert written["model"] and written["train"]
+    for key, value in written["model"].items():
+        assert getattr(model, key) == value, key
+    for section in ("data", "train", "eval"):
+        for key, value in written.get(section, {}).items():
+            assert getattr(getattr(cfg, section), key) == value, f"{section}.{key}"
 
 
 def test_paper_hyperparameters_are_shipped():

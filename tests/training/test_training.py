@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_real_signal, randomize_checkpoint
 
 from transformer_xl.cli import main
 from transformer_xl.data import load_corpus
+from transformer_xl.evaluation import evaluate
+from transformer_xl.model import RunLengths
 from transformer_xl.training import load_run_config, train
 from transformer_xl.training.metrics_log import read_metrics
 
@@ -144,12 +147,24 @@ def test_eval_command_reports_ppl_and_json(tmp_path, capsys):
                  "--d-inner", "64", "--tgt-len", "16", "--mem-len", "16", "--max-steps", "3", "--eval-interval", "3",
                  "--eval.max-steps", "2", "--progress", "false", "--tensorboard", "false"]) == 0
     capsys.readouterr()
+    # Weights far from the 3 steps' near-initial state, so that the lengths the command passes change the loss.
+    model = randomize_checkpoint(run / "best", seed=4)
     assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
                  "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["metric"] == "ppl" and result["mem_len"] == 48 and result["clamp_len"] == 20
     assert math.isclose(result["value"], math.exp(result["loss"]), rel_tol=1e-9)
     assert result["tokens"] == 5 * 10 * 16
+    # what the model used: the library's evaluation of the split with those lengths, and not without them
+    valid = load_corpus("ptb", data_dir=DATA_DIR / "ptb", cache_dir=tmp_path / "c").valid
+    assert_real_signal(model, torch.as_tensor(valid[:400].astype(np.int64)).view(4, 100))
+
+    def loss(mem_len, clamp_len):
+        return evaluate(model, valid, batch_size=10, max_steps=5, lengths=RunLengths(16, 0, mem_len, clamp_len)).loss
+
+    assert result["loss"] == pytest.approx(loss(48, 20), rel=1e-6)
+    for other in (loss(48, -1), loss(0, 20)):  # without the clamp, without the memory: 20 times the tolerance
+        assert abs(other - result["loss"]) > 2e-5 * result["loss"], (other, result["loss"])
     # memory-efficient attention (keys streamed in blocks) gives the same loss
     assert main(["eval", str(run), "--split", "valid", "--max-steps", "5", "--mem-len", "48", "--clamp-len", "20",
                  "--attention", "streamed:4", "--json"]) == 0  # the one option

@@ -75,6 +75,12 @@ class KVBuffer:
         """The first ``n`` rows only (a view of the buffer)."""
         self.data = self.data[:n]
 
+    def reorder(self, order: Tensor) -> Tensor:
+        """Put each row's positions in the order ``order [B, T]`` (in place)."""
+        live = self.tensor
+        self.data[:, :, self.start:self.end] = live.gather(2, order[:, None, :, None].expand_as(live))
+        return self.tensor
+
 
 class DecodingCache:
     """Projected keys and values of every layer for a batch being decoded.
@@ -109,6 +115,7 @@ class DecodingCache:
         self.prompt_end = torch.full_like(self.count, PAD) if decoding == "sliding" else None
         self.episode_first = torch.full_like(self.count, PAD)  # token index of each row's current episode start
         self._r_k: List[Optional[Tensor]] = [None] * len(model.layers)
+        self._order: Optional[Tensor] = None  # [B, T+n]: how the current forward reorders each row's keys (begin)
         self._r_len = 0
         self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
         if cfg.mem_init == "zeros" and self.mem_len > 0:
@@ -200,6 +207,12 @@ class DecodingCache:
         real = (~pad).long()
         q_index = torch.where(pad, torch.full_like(real, PAD), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
         k_index = torch.cat([self.index, q_index], dim=1)  # [B, T+n]
+        # Distances are counted in key columns. With zero memory, a left-padded row's padding would come between its
+        # zero states and its tokens: each row's keys are kept in token order instead (padding first).
+        self._order = None
+        if self.oldest < 0 and bool(pad.any()):
+            self._order = k_index.argsort(dim=1, stable=True)  # [B, T+n]
+            k_index = k_index.gather(1, self._order)
         self._ensure_positions(k_index.size(1) + 1)
         episode_first = self._episode_first(q_index, starts)  # [B, n]
         self._pending = (k_index, real.sum(1), episode_first[:, -1])
@@ -248,8 +261,13 @@ class LayerCache:
         self.cache, self.i = cache, i
 
     def update(self, k: Tensor, v: Tensor):
-        """``k, v [B, H, n, D]`` -> every cached key and value, these last: 2 x ``[B, H, T+n, D]``."""
-        return self.cache.keys[self.i].append(k), self.cache.values[self.i].append(v)
+        """``k, v [B, H, n, D]`` -> every cached key and value, these last (each row in token order): 2 x
+        ``[B, H, T+n, D]``."""
+        c = self.cache
+        keys, values = c.keys[self.i].append(k), c.values[self.i].append(v)
+        if c._order is not None:
+            keys, values = c.keys[self.i].reorder(c._order), c.values[self.i].reorder(c._order)
+        return keys, values
 
     def position_keys(self, klen: int) -> Tensor:
         """``[H, klen+1, D]`` for distances ``klen .. 0``."""
