@@ -129,6 +129,7 @@ ROWS = [
     ([*G, "--repetition-penalty=-inf"], "--repetition-penalty"),
     ([*G, "--max-new-tokens", "0"], "--max-new-tokens"),
     ([*G, "--max-new-tokens", "-3"], "--max-new-tokens"),
+    ([*G, "--threads", "0"], "--threads"),
     ([*G, "--seed", str(1 << 64)], "--seed"),
     ([*G, "--tgt-len", "0"], "--tgt-len"),
     ([*G, "--mem-len", "-1"], "--mem-len"),

@@ -168,3 +168,21 @@ def test_python_text_api_gives_what_the_commands_print(ptb_run, tmp_path, capsys
     printed = json.loads(capsys.readouterr().out)
     scored = ckpt.score(path.read_text(encoding="utf-8")).to_dict()
     assert scored["loss"] == printed["loss"] and scored["per_document"] == printed["per_document"]
+
+
+@pytest.mark.parametrize("flag, during", [([], 1), (["--threads", "2"], 2)])
+def test_generate_runs_on_the_threads_asked_and_gives_them_back(ptb_run, capsys, monkeypatch, flag, during):
+    """`txl generate` decodes on one CPU thread unless told otherwise, and leaves the process's count as it was."""
+    import transformer_xl.jobs.continuation as continuation
+
+    seen, real = [], continuation.generate_text
+    monkeypatch.setattr(continuation, "generate_text",
+                        lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    original = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        assert main(["generate", str(ptb_run), "--prompt", "stocks", "--max-new-tokens", "2", *flag]) == 0
+        assert seen == [during] and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(original)
+    assert capsys.readouterr().out.startswith("stocks")

@@ -31,8 +31,11 @@ def add(sub) -> None:
                    help="how the memory moves (default: the checkpoint's): segment, every tgt_len tokens as in "
                         "training; sliding, the prompt as one segment and then one token per step, each seeing the "
                         "mem_len states before it (HuggingFace's generate; the default of converted HF models)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads while generating (default: 1; one token at a time, a small model is slower "
+                        "with more, most of all on shared cores: docs/PRECISION.md)")
     p.set_defaults(func=run_generate,
-                   **checks(*INFERENCE_CHECKS, at_least("--max-new-tokens", 1),
+                   **checks(*INFERENCE_CHECKS, at_least("--max-new-tokens", 1), at_least("--threads", 1),
                             positive("--temperature", "for the most likely token, use --greedy"),
                             at_least("--top-k", 0), ("--top-p", 0, 1, True), positive("--repetition-penalty"),
                             ("--seed", -(1 << 63), (1 << 64) - 1, False)))
@@ -43,7 +46,8 @@ def run_generate(args) -> int:
                                 max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
                                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                 repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop or (),
-                                decoding=args.decoding, revision=args.revision, precision=args.precision)
+                                decoding=args.decoding, revision=args.revision, precision=args.precision,
+                                threads=args.threads)
     out = sys.stdout
 
     def write(piece: str) -> None:

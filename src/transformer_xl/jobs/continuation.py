@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+import torch
+
 from ..generation.text import generate_text
 from ..pretrained import open_checkpoint
 from ..runtime.footprint import check_decoding_fits, weight_bytes
@@ -40,6 +42,7 @@ class GenerateSettings:
     stop: Sequence[str] = ()
     decoding: Optional[str] = None
     revision: Optional[str] = None
+    threads: Optional[int] = None  # CPU threads while generating (None: as set); one token at a time, 1 is fastest
 
 
 def continue_prompt(name, prompt: str, settings: Optional[GenerateSettings] = None,
@@ -57,10 +60,16 @@ def continue_prompt(name, prompt: str, settings: Optional[GenerateSettings] = No
                         extra_bytes=-weight_bytes(model))
     if on_text is not None:
         on_text(prompt)
-    return generate_text(model, tokenizer, prompt, max_new_tokens=s.max_new_tokens, do_sample=s.do_sample,
-                         temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                         repetition_penalty=s.repetition_penalty, seed=s.seed, stop=s.stop, decoding=s.decoding,
-                         on_text=on_text)
+    before = torch.get_num_threads()
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+    try:
+        return generate_text(model, tokenizer, prompt, max_new_tokens=s.max_new_tokens, do_sample=s.do_sample,
+                             temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                             repetition_penalty=s.repetition_penalty, seed=s.seed, stop=s.stop,
+                             decoding=s.decoding, on_text=on_text)
+    finally:
+        torch.set_num_threads(before)
 
 
 __all__ = ["GenerateSettings", "continue_prompt"]
