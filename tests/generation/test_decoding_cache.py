@@ -9,9 +9,9 @@ import torch
 from helpers import random_tokens, tiny_model
 
 from transformer_xl.generation import DecodingCache, generate
-from transformer_xl.model.kv_cache import PAD, KVBuffer
 from transformer_xl.generation.generate import SegmentDecoder
 from transformer_xl.model.attention import distances, sinusoid_table
+from transformer_xl.model.kv_cache import PAD, KVBuffer
 
 
 def cached_log_probs(model, rows, forced, decoding):
