@@ -154,6 +154,7 @@ def test_a_hub_that_hangs_costs_the_probe_only(monkeypatch):
 
     def hang(*args, **kwargs):
         time.sleep(30)
+        raise OSError("no answer")  # as a real connection would, long after the probe gave up
 
     monkeypatch.setattr(hub.socket, "create_connection", hang)
     start = time.perf_counter()
