@@ -73,3 +73,58 @@ def test_bf16_without_native_support_falls_back_with_one_line(run, monkeypatch, 
     assert next(ckpt.model.parameters()).dtype == torch.float32
     lines = [r.getMessage() for r in caplog.records if "bf16" in r.getMessage()]
     assert len(lines) == 1 and "running in fp32 instead" in lines[0]
+
+
+# ---------------------------------------------------------------------------- int8: the exported graph quantised
+INT8_TOLERANCE = 0.005  # relative, on the loss: the cost `txl export --precision int8` documents
+
+
+def graph_loss(path, model, ids, segments: int) -> float:
+    """Mean loss of onnxruntime's run of the segment graph at ``path`` over ``segments`` segments of ``ids [B, N]``,
+    the memory carried, as docs/EXPORT.md's loop does."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from transformer_xl.export import fresh_memory
+
+    session, L = ort.InferenceSession(str(path)), model.tgt_len
+    mems, mask = [t.numpy() for t in fresh_memory(model, ids.size(0))]
+    total = 0.0
+    for s in range(segments):
+        x, y = ids[:, s * L:(s + 1) * L].numpy(), ids[:, s * L + 1:(s + 1) * L + 1].numpy()
+        log_probs, mems, mask = session.run(None, {"input_ids": x, "mems": mems, "mems_mask": mask})
+        total -= float(np.take_along_axis(log_probs, y[..., None], -1).mean())
+    return total / segments
+
+
+def test_int8_export_is_quantised_and_within_its_cost(run, tmp_path, capsys):
+    """`txl export --precision int8` writes a graph whose products run on int8 weights; onnxruntime's loss on the
+    validation text stays within INT8_TOLERANCE of the float32 graph's, and differs from it (it really ran)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import json
+
+    import onnx
+
+    from transformer_xl.jobs import CorpusChoice, checkpoint_split
+
+    assert main(["export", str(run), str(tmp_path / "fp32.onnx")]) == 0
+    assert main(["export", str(run), str(tmp_path / "int8.onnx"), "--precision", "int8"]) == 0
+    assert "int8 weights" in capsys.readouterr().out
+    ops = {node.op_type for node in onnx.load(str(tmp_path / "int8.onnx")).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops, sorted(ops)
+    assert json.loads((tmp_path / "int8.onnx.json").read_text())["weights"].startswith("int8")
+    found = find_checkpoint(str(run))
+    model = found.load_model("cpu")
+    segments, batch = 10, 4
+    ids = torch.as_tensor(checkpoint_split(found, "valid", CorpusChoice()).ids[:batch * (segments * 32 + 1)]
+                          .astype("int64")).view(batch, -1)
+    fp32, int8 = (graph_loss(tmp_path / name, model, ids, segments) for name in ("fp32.onnx", "int8.onnx"))
+    assert fp32 != int8 and abs(int8 - fp32) / fp32 < INT8_TOLERANCE, (fp32, int8)
+
+
+def test_int8_is_refused_for_a_torch_export_program_in_one_line(run, tmp_path, capsys):
+    assert main(["export", str(run), str(tmp_path / "m.pt2"), "--precision", "int8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--precision int8" in err[0] and ".onnx" in err[0], err
+    assert not (tmp_path / "m.pt2").exists()

@@ -29,12 +29,15 @@ from ..files import atomic_write, atomic_write_text
 from ..model import TransformerXL
 from .decode import DecodeGraph, fresh_state
 from .graph import SegmentGraph, fresh_memory
+from .quantize import quantize_int8
 
 log = logging.getLogger(__name__)
 
 FORMATS = (".onnx", ".pt2")
 EXPORT_EXTRA_HINT = 'ONNX export needs onnx and onnxscript: pip install "transformer-xl[export]"'
 GRAPHS = ("segment", "decode")
+PRECISIONS = ("fp32", "int8")
+WEIGHTS = {"fp32": "float32", "int8": "int8 (onnxruntime dynamic quantisation; activations quantised at run time)"}
 NAMES = {"segment": (("input_ids", "mems", "mems_mask"), ("log_probs", "new_mems", "new_mems_mask")),
          "decode": (("input_ids", "keys", "values", "hidden", "position", "segment_start"),
                     ("log_probs", "new_keys", "new_values", "new_hidden"))}
@@ -230,14 +233,20 @@ def _describe_decode(model: TransformerXL, slots: int) -> dict:
 
 
 def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
-                 slots: Optional[int] = None, name: Optional[str] = None, starts: bool = False) -> ExportResult:
+                 slots: Optional[int] = None, name: Optional[str] = None, starts: bool = False,
+                 precision: str = "fp32") -> ExportResult:
     """Write ``model``'s segment graph (or, ``graph="decode"``, its cached decoding graph with ``slots`` positions
     of state; default ``mem_len + tgt_len``) to ``out`` (``.onnx`` or ``.pt2``), ``OUT.json`` and, with ``vocab``
     (a vocabulary of :mod:`transformer_xl.data`), ``OUT.vocab.json``. Returns what was written. ``name`` (the
     checkpoint, say) names the model in the one-line ConfigError of an export that cannot be done. ``starts``: the
-    segment graph takes ``starts [B, T]`` as a fourth input (document or episode boundaries)."""
+    segment graph takes ``starts [B, T]`` as a fourth input (document or episode boundaries). ``precision``:
+    ``fp32``, or ``int8`` (``.onnx`` only: the weights quantised by onnxruntime, :mod:`.quantize`)."""
     out = Path(out)
     fmt = graph_format(out)
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "int8" and fmt != ".onnx":
+        raise ConfigError(f"--precision int8: onnxruntime's quantisation writes .onnx graphs, not {fmt}")
     if graph not in GRAPHS:
         raise ConfigError(f"graph: must be one of {', '.join(GRAPHS)}, got {graph!r}")
     if starts and graph != "segment":
@@ -257,14 +266,17 @@ def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
     if not out.parent.is_dir():
         raise ConfigError(f"{out}: {out.parent} is a file, not a folder")
     (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots, name, starts)
+    if precision == "int8":
+        quantize_int8(out)
     vocabulary = None
     if vocab is not None:
         vocabulary = out.with_name(out.name + ".vocab.json")
         vocab.save(vocabulary)
     description = out.with_name(out.name + ".json")
-    atomic_write_text(description, json.dumps(describe(model, out, vocabulary, graph, slots, starts), indent=2) + "\n")
+    about = {**describe(model, out, vocabulary, graph, slots, starts), "weights": WEIGHTS[precision]}
+    atomic_write_text(description, json.dumps(about, indent=2) + "\n")
     return ExportResult(out, description, vocabulary, max_segment(model) if graph == "segment" else 1)
 
 
-__all__ = ["ExportResult", "FORMATS", "GRAPHS", "describe", "export_model", "export_program", "graph_format",
-           "max_segment"]
+__all__ = ["ExportResult", "FORMATS", "GRAPHS", "PRECISIONS", "describe", "export_model", "export_program",
+           "graph_format", "max_segment"]

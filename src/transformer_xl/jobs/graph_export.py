@@ -32,6 +32,7 @@ class ExportSettings:
     same_length: Optional[bool] = None
     revision: Optional[str] = None
     starts: bool = False  # the segment graph takes starts [B, T] (document or episode boundaries)
+    precision: str = "fp32"  # fp32, or int8: an .onnx graph's weights quantised by onnxruntime
 
 
 @dataclass
@@ -61,7 +62,7 @@ def export_graph(name, out, settings: Optional[ExportSettings] = None) -> GraphE
                            same_length=s.same_length)
     vocab = None if ckpt.tokenizer is None else ckpt.tokenizer.vocab
     result = export_model(ckpt.model, out, vocab=vocab, graph=s.graph, slots=s.slots, name=str(name),
-                          starts=s.starts)
+                          starts=s.starts, precision=s.precision)
     cfg = ckpt.model.config
     return GraphExport(result, s.graph, ckpt.model.mem_len, cfg.n_layer, cfg.n_token)
 
