@@ -52,6 +52,17 @@ def add(sub) -> None:
                        help="layers of the memory (default: %(default)s)")
     agent.add_argument("--window", type=int, default=16, metavar="N",
                        help="steps per replayed window in the update (default: %(default)s)")
+    _add_ppo_options(p)
+    p.set_defaults(func=run_rl, **checks(at_least("--steps", 1), at_least("--mem-len", 0), at_least("--envs", 1),
+                                         at_least("--threads", 1), at_least("--d-model", 1), at_least("--n-layer", 1),
+                                         at_least("--window", 1), at_least("--rollout", 1), positive("--lr"),
+                                         at_least("--epochs", 1), at_least("--minibatches", 1),
+                                         at_least("--ent-coef", 0), ("--gamma", 0, 1, False)))
+
+
+
+def _add_ppo_options(p) -> None:
+    """The optimisation group: PPO's rollout and update (defaults: :class:`PPOConfig`)."""
     opt = p.add_argument_group("optimisation (PPO)")
     ppo_defaults = PPOConfig()
     opt.add_argument("--envs", type=int, default=ppo_defaults.envs, metavar="N",
@@ -68,12 +79,6 @@ def add(sub) -> None:
                      help="weight of the entropy bonus (default: %(default)s)")
     opt.add_argument("--gamma", type=float, default=ppo_defaults.gamma, metavar="G",
                      help="discount (default: %(default)s)")
-    p.set_defaults(func=run_rl, **checks(at_least("--steps", 1), at_least("--mem-len", 0), at_least("--envs", 1),
-                                         at_least("--threads", 1), at_least("--d-model", 1), at_least("--n-layer", 1),
-                                         at_least("--window", 1), at_least("--rollout", 1), positive("--lr"),
-                                         at_least("--epochs", 1), at_least("--minibatches", 1),
-                                         at_least("--ent-coef", 0), ("--gamma", 0, 1, False)))
-
 
 def settings_of(args) -> RLSettings:
     """The typed settings of the command line."""

@@ -111,6 +111,11 @@ class TransformerXLConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise :class:`ConfigError` (a ``ValueError``) naming the first field out of range."""
+        self._validate_shapes()
+        self._validate_choices()
+
+    def _validate_shapes(self) -> None:
+        """Sizes, lengths, rates, the attention type's width rules and the adaptive clusters."""
         _positive_int(self, "n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "d_embed")
         _positive_int(self, "div_val", "tgt_len")
         if self.clamp_len != -1:
@@ -143,6 +148,9 @@ class TransformerXLConfig:
                     f"div_val: d_embed={self.d_embed} // div_val**{i} is 0 for cluster {i}; "
                     f"lower div_val or use fewer cutoffs"
                 )
+
+    def _validate_choices(self) -> None:
+        """Named choices (init, decoding, memory start, gating) and the settings that depend on each other."""
         if self.init not in ("normal", "uniform"):
             raise ConfigError(f"init: must be 'normal' or 'uniform', got {self.init!r}")
         _positive(self, "init_range", "init_std", "proj_init_std", "layer_norm_epsilon")
