@@ -46,6 +46,13 @@ def user_env(**changes) -> dict:
     return {k: v for k, v in env.items() if v is not None}
 
 
+def terminal_signals() -> None:
+    """In the child, before it runs: Ctrl-C as a terminal delivers it. A job started in the background by a
+    non-interactive shell (``cmd &``, as CI runners may start pytest) inherits SIGINT ignored, and Python then
+    never turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def txl_argv(command_line: str) -> list:
     """``txl ...`` as the user typed it: the installed ``txl``, else ``python -m transformer_xl``."""
     words = shlex.split(command_line)
@@ -275,8 +282,8 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130_for_every_command(tmp_pa
     interrupted = 0
     for i, (name, command_line) in enumerate(COMMANDS.items()):
         delay = seconds * moments[i % len(moments)]
-        proc = subprocess.Popen(txl_argv(command_line), cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(txl_argv(command_line), cwd=tmp_path, env=user_env(), preexec_fn=terminal_signals,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         if proc.poll() is not None:  # done before the signal (a machine faster than the estimate): nothing to judge
             proc.communicate()
@@ -298,8 +305,8 @@ def test_train_interrupted_at_several_moments_of_its_start(tmp_path):
     seconds = start_up_seconds(tmp_path)
     said = []
     for fraction in (0.05, 0.35, 0.7):
-        proc = subprocess.Popen(txl_argv("txl train"), cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(txl_argv("txl train"), cwd=tmp_path, env=user_env(), preexec_fn=terminal_signals,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(max(0.2, seconds * fraction))
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
@@ -319,8 +326,8 @@ def test_the_interrupt_hint_is_the_whole_command_and_it_resumes_that_run(tmp_pat
     run = tmp_path / "my run"
     args = ["--dataset", "text", "--train-file", str(text), "--cache-dir", str(tmp_path / "c"),
             "--run-dir", str(run), "--max-steps", "100000", "--eval-interval", "100000", "--log-interval", "1", *TINY]
-    proc = subprocess.Popen(txl_argv("txl train") + args, cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(txl_argv("txl train") + args, cwd=tmp_path, env=user_env(), preexec_fn=terminal_signals,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     metrics = run / "metrics.jsonl"
     while not (metrics.is_file() and metrics.read_text()) and time.monotonic() < deadline and proc.poll() is None:
