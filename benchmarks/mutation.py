@@ -91,7 +91,7 @@ TARGETS = [
     Target("adaptive", "model/adaptive.py",
            ("tests/model/test_adaptive.py", "tests/model/test_gradients.py",
             "tests/model/test_reference_equivalence.py")),
-    Target("decoding-cache", "generation/decoding_cache.py",
+    Target("decoding-cache", "model/kv_cache.py",
            ("tests/generation/test_decoding_cache.py", "tests/generation/test_generation.py",
             "tests/model/test_backbone.py", "tests/model/test_backends.py")),
     Target("eval-segments", "evaluation/segments.py",
