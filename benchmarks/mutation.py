@@ -132,7 +132,7 @@ class Mutant:
     after: str  # the same line, mutated
     code: str  # the whole mutated module
     operator: str = ""  # mutmut's operator that made it
-    body_line: int = 0  # the first line of the body of the function it is in
+    body_line: int = 0  # the first statement of the function it is in (after its docstring)
 
     def key(self) -> str:
         return hashlib.sha256(self.code.encode()).hexdigest()[:12]
@@ -172,6 +172,8 @@ def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List
         def on_visit(self, node) -> bool:
             if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
                 body = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) else node.body
+                if _is_docstring(body) and len(node.body.body) > 1:  # coverage records no line of a docstring
+                    body = node.body.body[1]
                 self.scope.append((node.name.value, isinstance(node, cst.FunctionDef),
                                    self.get_metadata(PositionProvider, body).start.line))
                 return True
