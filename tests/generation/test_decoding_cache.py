@@ -1,4 +1,4 @@
-"""The decoding cache (generation/decoding_cache.py): each row of a left-padded batch gets, at every token, the
+"""The decoding cache (model/kv_cache.py): each row of a left-padded batch gets, at every token, the
 log-probabilities the model gives that row alone; the cache keeps only the keys a later token can see; its buffers
 and position keys."""
 
@@ -9,9 +9,9 @@ import torch
 from helpers import random_tokens, tiny_model
 
 from transformer_xl.generation import DecodingCache, generate
-from transformer_xl.generation.decoding_cache import PAD, KVBuffer
 from transformer_xl.generation.generate import SegmentDecoder
 from transformer_xl.model.attention import distances, sinusoid_table
+from transformer_xl.model.kv_cache import PAD, KVBuffer
 
 
 def cached_log_probs(model, rows, forced, decoding):
