@@ -35,8 +35,9 @@ only makes the call raise.
 
 One mutant at a time (the tests use the cores); ``--budget-min`` stops starting new mutants when spent (the rest are
 reported as not run). The summary is a Markdown table of killed / total per target and the mutants not killed,
-with their line (docs/TESTING.md). mutmut's operators are imported from its package (``mutmut>=3.8,<3.9`` in the
-``dev`` extra: where they live is not mutmut's public interface).
+with their line (docs/MUTATION.md: the numbers, and why each survivor is equivalent). mutmut's operators are
+imported from its package (``mutmut>=3.8,<3.9`` in the ``dev`` extra: where they live is not mutmut's public
+interface).
 """
 
 from __future__ import annotations
