@@ -180,11 +180,12 @@ def test_any_optimizer_state_round_trips_through_safe_files():
     """A state dict of any shape: plain-number entries (older optimizers' ``step``), keys holding dots, indices of
     several digits; what comes back equals what went in."""
     state = {"state": {0: {"step": 3, "exp_avg": torch.arange(4.0)},
-                       12: {"step": 7.5, "momentum.buffer": torch.ones(2, 2), "tag": "x"}},
-             "param_groups": [{"lr": 0.1, "params": [0, 12]}]}
+                       12: {"step": 7.5, "momentum.buffer": torch.ones(2, 2), "tag": "x", "lr.scale": 0.5},
+                       5: {"step": 1}},  # plain numbers only
+             "param_groups": [{"lr": 0.1, "params": [0, 5, 12]}]}
     tensors, meta = ckpt.optimizer_to_safe(state)
     back = ckpt.optimizer_from_safe(tensors, as_json(meta))
-    assert back["param_groups"] == state["param_groups"] and sorted(back["state"]) == [0, 12]
+    assert back["param_groups"] == state["param_groups"] and sorted(back["state"]) == [0, 5, 12]
     for idx, entry in state["state"].items():
         assert back["state"][idx].keys() == entry.keys()
         for key, value in entry.items():
