@@ -67,12 +67,13 @@ def _streamed_zeros(mp):
 
 @breakage("readme-loop-forgets")
 def _readme_loop_forgets(mp):
-    """The generation part of the README's onnxruntime loop passes a fresh memory to every call instead of the one
-    the graph returned."""
+    """The generation part of the onnxruntime loop (docs/EXPORT.md, once the README's) passes a fresh memory to
+    every call instead of the one the graph returned."""
     module = sys.modules["test_readme_loop"]
-    broken = module.readme_loop().replace("run(seg[:L], mems, mask)", "run(seg[:L], *fresh())")
-    assert "*fresh()" in broken, "the README loop no longer reads as this breakage expects"
-    mp.setattr(module, "readme_loop", lambda: broken)
+    shown = module.shown
+    broken = shown("onnx-loop").replace("run(seg[:L], mems, mask)", "run(seg[:L], *fresh())")
+    assert "*fresh()" in broken, "the onnx-loop block no longer reads as this breakage expects"
+    mp.setattr(module, "shown", lambda name: broken if name == "onnx-loop" else shown(name))
 
 
 @breakage("lm-eval-generates-from-last-token")
