@@ -35,8 +35,9 @@ only makes the call raise.
 
 One mutant at a time (the tests use the cores); ``--budget-min`` stops starting new mutants when spent (the rest are
 reported as not run). The summary is a Markdown table of killed / total per target and the mutants not killed,
-with their line (docs/TESTING.md). mutmut's operators are imported from its package (``mutmut>=3.8,<3.9`` in the
-``dev`` extra: where they live is not mutmut's public interface).
+with their line (docs/MUTATION.md: the numbers, and why each survivor is equivalent). mutmut's operators are
+imported from its package (``mutmut>=3.8,<3.9`` in the ``dev`` extra: where they live is not mutmut's public
+interface).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ TARGETS = [
     Target("adaptive", "model/adaptive.py",
            ("tests/model/test_adaptive.py", "tests/model/test_gradients.py",
             "tests/model/test_reference_equivalence.py")),
-    Target("decoding-cache", "generation/decoding_cache.py",
+    Target("decoding-cache", "model/kv_cache.py",
            ("tests/generation/test_decoding_cache.py", "tests/generation/test_generation.py",
             "tests/model/test_backbone.py", "tests/model/test_backends.py")),
     Target("eval-segments", "evaluation/segments.py",
@@ -132,7 +133,7 @@ class Mutant:
     after: str  # the same line, mutated
     code: str  # the whole mutated module
     operator: str = ""  # mutmut's operator that made it
-    body_line: int = 0  # the first line of the body of the function it is in
+    body_line: int = 0  # the first statement of the function it is in (after its docstring)
 
     def key(self) -> str:
         return hashlib.sha256(self.code.encode()).hexdigest()[:12]
@@ -172,6 +173,8 @@ def make_mutants(source: str, functions: Optional[Sequence[str]] = None) -> List
         def on_visit(self, node) -> bool:
             if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
                 body = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) else node.body
+                if _is_docstring(body) and len(node.body.body) > 1:  # coverage records no line of a docstring
+                    body = node.body.body[1]
                 self.scope.append((node.name.value, isinstance(node, cst.FunctionDef),
                                    self.get_metadata(PositionProvider, body).start.line))
                 return True

@@ -36,7 +36,8 @@ def cached_log_probs(model, rows, forced, decoding):
 
 VARIANTS = [dict(mem_init="empty"), dict(mem_init="zeros"), dict(mem_init="zeros", same_length=True, clamp_len=3),
             dict(same_length=True, same_length_extra=1), dict(mem_init="zeros", same_length=True,
-                                                               same_length_extra=1)]
+                                                               same_length_extra=1),
+            dict(mem_init="zeros", mem_len=1)]  # one zero state
 
 
 @pytest.mark.parametrize("decoding", ["segment", "sliding"])
@@ -44,7 +45,7 @@ VARIANTS = [dict(mem_init="empty"), dict(mem_init="zeros"), dict(mem_init="zeros
 def test_left_padded_rows_get_their_own_log_probs(variant, decoding):
     """Log-probabilities, not only the greedy tokens they pick: with zero memory (mem_init "zeros") the padding
     of a short row once sat between its zero states and its tokens, and moved its distances to them."""
-    model = tiny_model(seed=5, tgt_len=4, mem_len=6, **variant)
+    model = tiny_model(seed=5, **{"tgt_len": 4, "mem_len": 6, **variant})
     rows = [random_tokens(n, seed=n).tolist() for n in (2, 13, 5)]
     forced = random_tokens(3, 5, seed=9)
     batched = cached_log_probs(model, rows, forced, decoding)
@@ -125,6 +126,42 @@ def test_padding_is_pad_and_counts_are_per_row():
     assert cache.count.tolist() == [1, 3]
     # the next tokens (index 1 of a segment from 0; index 3 of a segment from 3) see indices >= -2 and >= 1
     assert cache.index.tolist() == [[PAD, 0], [1, 2]]
+
+
+def test_rows_kept_go_on_as_in_the_whole_batch():
+    """``keep_rows(n)``: the first n rows continue exactly as they do in the batch that kept every row (rows are
+    independent); a batch can keep 1..B rows, no other number."""
+    model = tiny_model(seed=12, tgt_len=3, mem_len=4, decoding="sliding")
+    x = random_tokens(3, 9, seed=12)
+    whole, part = DecodingCache(model, 3), DecodingCache(model, 3)
+    with torch.no_grad():
+        for cache in (whole, part):
+            cache.extend(x[:, :3])
+            cache.end_prompt()
+        part.keep_rows(3)
+        part.keep_rows(2)
+        assert part.batch_size == 2 and len(part.prompt_end) == 2
+        for t in range(3, 9):
+            a, b = whole.extend(x[:, t:t + 1]), part.extend(x[:2, t:t + 1])
+            torch.testing.assert_close(b, a[:2], rtol=1e-5, atol=1e-5)
+    part.keep_rows(1)
+    assert part.batch_size == 1 and part.index.size(0) == 1
+    for n in (0, 2):
+        with pytest.raises(ValueError, match=f"keep_rows: expected 1..1 rows, got {n}"):
+            part.keep_rows(n)
+
+
+def test_episode_starts_reach_the_cache():
+    """``extend(..., starts=)``: the states of the model's own forward with the same episode starts."""
+    model = tiny_model(seed=13, tgt_len=6, mem_len=4)
+    x = random_tokens(2, 6, seed=13)
+    starts = torch.zeros(2, 6, dtype=torch.bool)
+    starts[0, 2] = starts[1, 4] = True
+    with torch.no_grad():
+        cached = DecodingCache(model, 2).extend(x, starts=starts)
+        direct = model(x, starts=starts).hidden_states
+        torch.testing.assert_close(cached, direct, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(cached, DecodingCache(model, 2).extend(x), rtol=1e-3, atol=1e-3)
 
 
 def test_bad_uses_are_one_value_error():

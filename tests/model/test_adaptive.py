@@ -53,6 +53,60 @@ def test_tail_cluster_probability_is_head_times_tail():
     torch.testing.assert_close(lp[:, 10:20].exp().sum(-1), head[:, -1].exp(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("div_val", [1, 2])
+def test_one_tail_cluster_is_head_times_tail(div_val):
+    """A single cutoff: P(w) = P(w | head) for the shortlist, P(cluster) * P(w | cluster) beyond it, computed here
+    from the parameters in float64; the target path (with and without gradients) gives the same numbers."""
+    crit = make_crit(30, 8, 8 if div_val == 1 else 12, [10], div_val)
+    hidden = torch.randn(6, crit.d_proj, dtype=torch.float64)
+
+    def logits(i, weight, bias):
+        proj = crit.out_projs[i]
+        x = hidden if proj is None else hidden @ proj.double()
+        return x @ weight.double().t() + bias.double()
+
+    if div_val == 1:
+        w, b = crit.out_layers[0].weight, crit.out_layers[0].bias
+        (w0, b0), (w1, b1) = (w[:10], b[:10]), (w[10:], b[10:])
+    else:
+        (w0, b0), (w1, b1) = [(layer.weight, layer.bias) for layer in crit.out_layers]
+    head = torch.log_softmax(logits(0, torch.cat([w0, crit.cluster_weight]), torch.cat([b0, crit.cluster_bias])), -1)
+    tail = torch.log_softmax(logits(1, w1, b1), -1)
+    expected = torch.cat([head[:, :10], head[:, 10:] + tail], dim=1)  # [N, 30]
+    got = crit.log_probs(hidden.float())
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    target = torch.tensor([0, 9, 10, 17, 29, 3])
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            lp = crit(hidden.float(), target)
+        torch.testing.assert_close(lp.double(), expected.gather(1, target[:, None]).squeeze(1), rtol=1e-5, atol=1e-5)
+
+
+def test_the_default_is_one_table_of_full_width():
+    """Without ``div_val`` the embedding and the softmax are the paper's default (div_val 1): one table of
+    ``d_embed`` columns for the whole vocabulary."""
+    emb, crit = AdaptiveEmbedding(100, 16, 16, [10, 30]), ProjectedAdaptiveLogSoftmax(100, 16, 16, [10, 30])
+    assert [e.weight.shape for e in emb.emb_layers] == [(100, 16)] and emb.div_val == 1
+    assert [layer.weight.shape for layer in crit.out_layers] == [(100, 16)] and crit.div_val == 1
+
+
+@pytest.mark.parametrize("div_val", [2, 4])
+def test_adaptive_embedding_keeps_the_weights_type_also_under_autocast(div_val):
+    """bf16 weights give bf16 embeddings (the next layers take them as they are); under bf16 autocast, float32
+    weights give float32 embeddings within bf16's rounding of the float32 ones."""
+    emb = AdaptiveEmbedding(100, 64, 24, [10, 30, 60], div_val)
+    randomize_(emb)
+    tokens = torch.tensor([[0, 9, 10, 29], [30, 59, 60, 99]])
+    exact = emb(tokens)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = emb(tokens)
+    assert mixed.dtype == torch.float32
+    torch.testing.assert_close(mixed, exact, rtol=0.02, atol=0.02)
+    half = emb.bfloat16()(tokens)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), exact, rtol=0.02, atol=0.02)
+
+
 @pytest.mark.parametrize("div_val", [1, 2, 4])
 def test_adaptive_embedding_per_cluster(div_val):
     emb = AdaptiveEmbedding(100, 64, 24, [10, 30, 60], div_val)

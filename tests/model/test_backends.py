@@ -13,8 +13,15 @@ from reference import reference_losses
 
 from transformer_xl.convert import export_state_dict
 from transformer_xl.generation import DecodingCache
-from transformer_xl.model.attention import AttentionCall, attention_backend, backend_names, backends, register_attention
-from transformer_xl.model.attention.backends import plain_attention
+from transformer_xl.model.attention import (
+    AttentionCall,
+    attention_backend,
+    backend_names,
+    backends,
+    register_attention,
+    segment_visibility,
+)
+from transformer_xl.model.attention.backends import masked_softmax_attend, plain_attention
 
 SEG = 4
 CONFIG = dict(attn_type=0, tgt_len=SEG, mem_len=6, cutoffs=[15, 35], div_val=2, d_embed=32,
@@ -93,3 +100,20 @@ def test_a_registered_backend_is_called_once_per_layer(case):
     finally:
         model.set_attention("plain")
         backends._BACKENDS.pop("counting")
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+def test_masked_softmax_of_bf16_scores_gives_bf16_and_the_float64_result(grad):
+    """bf16 scores and values (a bf16 model without autocast): the result is bf16, within bf16's rounding of the
+    masked softmax computed in float64, with and without recorded gradients."""
+    gen = torch.Generator().manual_seed(3)
+    qlen, mlen = 4, 3
+    raw = torch.randn(2, 2, qlen, mlen + qlen, generator=gen, dtype=torch.float64) * 3
+    v = torch.randn(2, 2, mlen + qlen, 5, generator=gen, dtype=torch.float64)
+    vis = segment_visibility(qlen, mlen, "cpu", 2)
+    expected = torch.softmax(raw.masked_fill(vis.mask, float("-inf")), dim=-1) @ v
+    score = raw.bfloat16().requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        got = masked_softmax_attend(score * 1, v.bfloat16(), vis, torch.nn.Identity())
+    assert got.dtype == torch.bfloat16 and got.requires_grad == grad
+    torch.testing.assert_close(got.double(), expected, atol=0.05, rtol=0.02)

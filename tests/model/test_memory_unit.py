@@ -50,6 +50,22 @@ def test_update_mems_keeps_the_last_states_in_order():
     assert positions(update_mems(hids, mems, 4, 0)[0]) == [[10, 11, 12, 13], [110, 111, 112, 113]]
 
 
+@pytest.mark.parametrize("mlen", [0, 2, 5])
+@pytest.mark.parametrize("qlen", [1, 4])
+@pytest.mark.parametrize("mem_len", [0, 1, 3, 8])
+@pytest.mark.parametrize("ext_len", [0, 1, 2, 6])
+def test_update_mems_is_the_last_mem_len_of_the_cached_states(mlen, qlen, mem_len, ext_len):
+    """Against the rule in words: of the ``M + L`` states in order, the segment's last ``ext_len`` are not cached;
+    of the rest, the last ``mem_len`` are kept (a list of positions, sliced by Python)."""
+    mems = [states(2, mlen, 0), states(2, mlen, 50)] if mlen else None
+    hids = [states(2, qlen, mlen), states(2, qlen, 50 + mlen)]
+    cached = list(range(mlen + qlen))[:mlen + max(0, qlen - ext_len)]
+    kept = cached[max(0, len(cached) - mem_len):] if mem_len else []
+    got = update_mems(hids, mems, mem_len, ext_len)
+    assert [positions(m) for m in got] == [[[100 * b + start + p for p in kept] for b in range(2)]
+                                           for start in (0, 50)]
+
+
 def test_update_mems_detaches_and_takes_the_segments_type():
     hid = states(1, 3, 0).requires_grad_()
     mem = states(1, 2, 0, torch.float64)

@@ -26,6 +26,15 @@ def test_forbidden_is_the_rule(window, first):
     assert torch.equal(got, expected)
 
 
+def test_without_a_window_the_rule_is_causal_only():
+    """The defaults (no ``window``: no same_length) forbid only the future, in both functions."""
+    q_pos, k_pos = torch.arange(3, 7)[:, None], torch.arange(7)[None]
+    expected = torch.tensor([[rule(q, k) for k in range(7)] for q in range(3, 7)])
+    assert torch.equal(forbidden(q_pos, k_pos), expected)
+    vis = segment_visibility(4, 3, "cpu")
+    assert vis.window == 0 and torch.equal(vis.mask, expected)
+
+
 def test_a_window_per_query_is_always_applied():
     """A tensor window (one per query: the decoding cache's) applies even where it is not above 0's rule."""
     q_pos, k_pos = torch.arange(5)[:, None], torch.arange(5)[None]

@@ -67,8 +67,8 @@ def _streamed_zeros(mp):
 
 @breakage("readme-loop-forgets")
 def _readme_loop_forgets(mp):
-    """The generation part of the README's onnxruntime loop passes a fresh memory to every call instead of the one
-    the graph returned."""
+    """The generation part of the onnxruntime loop (docs/EXPORT.md, once the README's) passes a fresh memory to
+    every call instead of the one the graph returned."""
     module = sys.modules["test_readme_loop"]
     shown = module.shown
     broken = shown("onnx-loop").replace("run(seg[:L], mems, mask)", "run(seg[:L], *fresh())")

@@ -176,6 +176,42 @@ def test_optimizer_state_round_trips_through_safe_files():
             assert torch.equal(torch.as_tensor(back["state"][idx][key]), torch.as_tensor(value)), (idx, key)
 
 
+def test_any_optimizer_state_round_trips_through_safe_files():
+    """A state dict of any shape: plain-number entries (older optimizers' ``step``), keys holding dots, indices of
+    several digits; what comes back equals what went in."""
+    state = {"state": {0: {"step": 3, "exp_avg": torch.arange(4.0)},
+                       12: {"step": 7.5, "momentum.buffer": torch.ones(2, 2), "tag": "x", "lr.scale": 0.5},
+                       5: {"step": 1}},  # plain numbers only
+             "param_groups": [{"lr": 0.1, "params": [0, 5, 12]}]}
+    tensors, meta = ckpt.optimizer_to_safe(state)
+    back = ckpt.optimizer_from_safe(tensors, as_json(meta))
+    assert back["param_groups"] == state["param_groups"] and sorted(back["state"]) == [0, 5, 12]
+    for idx, entry in state["state"].items():
+        assert back["state"][idx].keys() == entry.keys()
+        for key, value in entry.items():
+            same = torch.equal(back["state"][idx][key], value) if torch.is_tensor(value) else \
+                back["state"][idx][key] == value
+            assert same, (idx, key)
+
+
+def test_cuda_rng_states_come_back_to_their_own_devices(monkeypatch):
+    """With CUDA (faked here: this machine may have none), every device's RNG state is saved under its index and
+    restored in device order, device 10 after device 2; without CUDA in use, none is saved."""
+    states = [torch.full((4,), i, dtype=torch.uint8) for i in range(11)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: states)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda new: restored.extend(new))
+    assert sorted(ckpt.rng_state()) == ["rng.torch"]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    saved = ckpt.rng_state()
+    assert sorted(saved) == sorted(["rng.torch"] + [f"rng.cuda.{i}" for i in range(11)])
+    assert all(torch.equal(saved[f"rng.cuda.{i}"], states[i]) for i in range(11))
+    ckpt.set_rng_state(dict(reversed(list(saved.items()))))
+    assert [int(s[0]) for s in restored] == list(range(11))
+
+
 def test_memory_rows_of_one_process_and_its_chunks():
     layers = [torch.randn(6, 3, 2), torch.randn(6, 3, 2)]
     tensors = ckpt.mems_to_tensors(layers)
@@ -188,7 +224,8 @@ def test_memory_rows_of_one_process_and_its_chunks():
     with pytest.raises(CheckpointError, match="memory holds 6 batch rows, the global batch_size is 4"):
         ckpt.mems_from_tensors(tensors, 4, slice(0, 4), 1, "cpu")
     old = {f"mems.{c}.{i}": layers[i][3 * c:3 * c + 3] for c in range(2) for i in range(2)}  # per-chunk files
-    assert all(torch.equal(a, b) for a, b in zip(ckpt._global_mems(old), layers))
+    joined = ckpt._global_mems(old)
+    assert len(joined) == 2 and all(torch.equal(a, b) for a, b in zip(joined, layers))
 
 
 def test_rng_state_round_trips():
