@@ -37,9 +37,10 @@ def test_segment_graph_from_a_fresh_start_is_the_model_with_its_memory(name, seg
     log-probabilities of the model whose memory grows from its fresh start; the graph's memory holds the model's
     last states, right-aligned, and hides the slots never filled."""
     if name == "empty-tf-same-length" and seg != 1:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="a fixed memory (the graph's, the backbone's fixed_memory) counts all mem_len slots, hidden "
-                     "or not, in the TensorFlow same_length window (a sliding window of mem_len + 1 steps); the "
-                     "growing memory from an empty start counts only the states present (docs/MUTATION.md)"))
+        reason = ("a fixed memory (the graph's, the backbone's fixed_memory) counts all mem_len slots, hidden or not, "
+                  "in the TensorFlow same_length window (a sliding window of mem_len + 1 steps); the growing memory "
+                  "from an empty start counts only the states present (docs/MUTATION.md)")
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     model = tiny_model(seed=len(name), **MODELS[name])
     seg = seg or model.tgt_len
     x = random_tokens(2, 3 * seg, n_token=60, seed=len(name))
