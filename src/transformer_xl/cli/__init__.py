@@ -11,8 +11,10 @@ exit status 130, like Ctrl-C at any later moment.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+import threading
 from typing import Any, List, Optional
 
 #: The names this package re-exports from :mod:`.app` and :mod:`.options`, loaded on first use.
@@ -22,12 +24,39 @@ _HOMES = {"build_parser": "app", "run_command": "app", "check_range": "options",
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``txl ARGV`` (``sys.argv[1:]`` by default) and return its exit status (:mod:`.app`)."""
     try:
-        from .app import main as run_txl
+        with _ctrl_c_waits_for_imports() as pressed:
+            from .app import main as run_txl
+        if pressed:
+            raise KeyboardInterrupt
         return run_txl(argv)
     except KeyboardInterrupt:  # before the command's own guard took over: while torch and the commands load
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting prints nothing either
         print(f"{_command_name(argv)}: interrupted while starting; nothing was done", file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def _ctrl_c_waits_for_imports():
+    """While torch and the commands import, a first Ctrl-C is only noted (the list yielded gets its signal) and
+    acted on once they are loaded: a KeyboardInterrupt raised inside a library's import can be swallowed by its
+    own ``except`` and leave a half-imported module behind. A second Ctrl-C interrupts at once. Where Ctrl-C
+    would not raise (ignored, another handler, not the main thread) nothing changes."""
+    pressed: List[int] = []
+
+    def note(signum, frame) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(signum)
+
+    mine = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if mine:
+        signal.signal(signal.SIGINT, note)
+    try:
+        yield pressed
+    finally:
+        if mine:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _command_name(argv: Optional[List[str]]) -> str:
