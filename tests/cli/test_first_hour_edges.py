@@ -103,6 +103,15 @@ def hub_env(monkeypatch, endpoint: str, cache: Path) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
 
+def timed_main(argv: list, capfd):
+    """``txl ARGV`` in this process: its exit status, stdout, stderr and seconds."""
+    start = time.perf_counter()
+    code = cli.main(argv)
+    elapsed = time.perf_counter() - start
+    out, err = capfd.readouterr()
+    return code, out, err, elapsed
+
+
 # ---------------------------------------------------------------------------- 1. a typo'd path, the hub
 def test_a_typo_in_a_local_path_is_one_line_at_once_and_asks_the_hub_nothing(tmp_path, monkeypatch, capfd):
     """``txl generate runs/defualt --prompt hi`` beside ``runs/default``: no request leaves the machine."""
@@ -110,10 +119,7 @@ def test_a_typo_in_a_local_path_is_one_line_at_once_and_asks_the_hub_nothing(tmp
     server = listening_socket()
     hub_env(monkeypatch, f"http://127.0.0.1:{server.getsockname()[1]}", tmp_path / "cache")
     monkeypatch.chdir(tmp_path)
-    start = time.perf_counter()
-    code = cli.main(["generate", "runs/defualt", "--prompt", "hi"])
-    elapsed = time.perf_counter() - start
-    out, err = capfd.readouterr()
+    code, out, err, elapsed = timed_main(["generate", "runs/defualt", "--prompt", "hi"], capfd)
     with pytest.raises(BlockingIOError):  # nothing connected to the hub
         server.accept()
     server.close()
@@ -143,10 +149,7 @@ def test_an_unreachable_hub_is_one_line_at_once_without_huggingface_hubs_retries
     port = closed_port()
     hub_env(monkeypatch, f"http://127.0.0.1:{port}", tmp_path / "cache")
     monkeypatch.chdir(tmp_path)
-    start = time.perf_counter()
-    code = cli.main(["generate", "nobody/nothing", "--prompt", "hi"])
-    elapsed = time.perf_counter() - start
-    out, err = capfd.readouterr()
+    code, out, err, elapsed = timed_main(["generate", "nobody/nothing", "--prompt", "hi"], capfd)
     assert code == 2 and out == "" and len(lines(err)) == 1, err
     assert lines(err)[0] == (f"txl generate: error: nobody/nothing: not a local folder; as a hub id: the hub cannot be "
                              f"reached (127.0.0.1:{port}: Connection refused) and config.json is not in the "

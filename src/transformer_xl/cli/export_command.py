@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..export.exporter import PRECISIONS
 from ..jobs import ExportSettings, export_graph
 from .options import add_checkpoint_args, at_least, checks
 
@@ -23,7 +24,7 @@ def add(sub) -> None:
     p.add_argument("--starts", action="store_true",
                    help="the segment graph takes a fourth input, starts [B, T] bool: True where a document or "
                         "episode begins (no token attends across it)")
-    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32",
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="the graph's weights: fp32 (default), or int8 (.onnx: quantised by onnxruntime, "
                         "activations at run time; on a trained model the loss stays within 0.5%% of fp32's (0.02%% "
                         "measured) at about 1.3x its speed: docs/PRECISION.md)")

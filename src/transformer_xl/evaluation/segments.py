@@ -52,12 +52,9 @@ def carries_projections(model) -> bool:
 
 
 def _sharded(model) -> bool:
-    """Whether any weight is a distributed tensor (FSDP2), whose full value exists only inside a forward."""
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    """Whether any weight is a distributed tensor (FSDP2's DTensor, known by its ``to_local``), whose full value
+    exists only inside a forward."""
+    return any(hasattr(p, "to_local") for p in model.parameters())
 
 
 def _outputs_with_projections(model, segments: Iterable[Tuple[Tensor, Tensor]]) -> Iterator:

@@ -267,7 +267,8 @@ def export_model(model: TransformerXL, out, vocab=None, graph: str = "segment",
         raise ConfigError(f"{out}: {out.parent} is a file, not a folder")
     (_write_onnx if fmt == ".onnx" else _write_pt2)(model, out, graph, slots, name, starts)
     if precision == "int8":
-        quantize_int8(out)
+        with _quiet():
+            quantize_int8(out)
     vocabulary = None
     if vocab is not None:
         vocabulary = out.with_name(out.name + ".vocab.json")

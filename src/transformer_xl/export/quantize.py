@@ -8,7 +8,6 @@ log-probabilities). Its documented cost, tested on a trained model: the loss wit
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from pathlib import Path
 
@@ -19,7 +18,8 @@ QUANTIZE_EXTRA_HINT = ('--precision int8 quantises with onnxruntime: pip install
 
 
 def quantize_int8(path: Path) -> None:
-    """Replace the float32 ONNX graph at ``path`` with its int8 dynamic quantisation (atomically)."""
+    """Replace the float32 ONNX graph at ``path`` with its int8 dynamic quantisation (atomically). onnxruntime's
+    quantiser logs advice ("consider pre-processing") through ``logging``: callers that print for a user quiet it."""
     try:
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -30,12 +30,8 @@ def quantize_int8(path: Path) -> None:
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         plain = Path(tmp) / "float32.onnx"
         onnx.save(graph, str(plain))
-        logging.disable(logging.WARNING)  # "consider pre-processing" and per-node notes, not the user's business
-        try:
-            atomic_write(path, lambda out: quantize_dynamic(str(plain), str(out), weight_type=QuantType.QInt8),
-                         suffix=".onnx")
-        finally:
-            logging.disable(logging.NOTSET)
+        atomic_write(path, lambda out: quantize_dynamic(str(plain), str(out), weight_type=QuantType.QInt8),
+                     suffix=".onnx")
 
 
 __all__ = ["QUANTIZE_EXTRA_HINT", "quantize_int8"]
