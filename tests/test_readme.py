@@ -4,8 +4,9 @@
   sessions (words in code, such as a benchmark's ``--rounds`` flag, are code).
 * It has exactly two commands for a fresh machine: one installs and runs the main job, one is the test install
   (``[dev]``) and runs the tests; ``.ci/run`` runs that second line as written.
-* Its tour runs as written, command after command, and prints what the README shows (numbers aside); its
-  backbone example prints exactly what it shows.
+* Its tour runs as written, command after command, and prints what the README shows (numbers aside). Its Python
+  blocks, the backbone example's printed claim among them, run in tests/test_as_users_run.py, each in a fresh
+  process, with 1 and 2 threads.
 * Every link of the README and of docs/ leads to a file, and every ``#anchor`` to a heading.
 """
 
@@ -160,15 +161,3 @@ def test_the_tour_runs_as_written(tmp_path, shared_cache):
         missing = [line for line in shown if masked(line) not in printed and "█" not in line
                    and not line.startswith("preparing corpus")]
         assert not missing, f"$ {command}\nshown but not printed: {missing}\nprinted:\n{done.stdout}{done.stderr}"
-
-
-def test_the_backbone_example_prints_what_the_readme_shows(tmp_path):
-    section = block("backbone")
-    code, = fenced(section, "python")
-    shown, = fenced(section, "text")
-    (tmp_path / "example.py").write_text(code, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(tmp_path / "example.py")], capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == shown

@@ -22,7 +22,11 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any, List
 
+from . import hooks as _hooks
 from .version import __version__
+
+# What the model layer's from_pretrained calls, named before any module of the package can be imported.
+_hooks.provide("open_model", "transformer_xl.checkpoints.loading:open_model")
 
 #: Each public name and the module it is read from on first use.
 _HOMES = {

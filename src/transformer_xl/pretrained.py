@@ -28,7 +28,7 @@ import torch
 from .checkpoints.hub import STEP_DIR, VOCAB_NAMES, Located, locate
 from .checkpoints.loading import load_located, model_config
 from .devices import resolve_device, weights_dtype
-from .errors import CheckpointError, DataError
+from .errors import CheckpointError, DataError, one_line
 from .evaluation.score import TextScore, score_text
 from .generation.text import generate_text
 from .model import RunLengths, TransformerXL, TransformerXLConfig
@@ -186,6 +186,7 @@ def push_to_hub(model: TransformerXL, repo_id: str, tokenizer: Optional[Transfor
     ``model.save_pretrained(d); tokenizer.save_pretrained(d)`` then ``hf upload REPO_ID d``."""
     try:
         from huggingface_hub import HfApi
+        from huggingface_hub.errors import HfHubHTTPError
     except ImportError:
         raise CheckpointError(HUB_HINT) from None
     api = HfApi(token=token)
@@ -194,9 +195,12 @@ def push_to_hub(model: TransformerXL, repo_id: str, tokenizer: Optional[Transfor
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         (Path(folder) / "README.md").write_text(model_card(model, tokenizer, repo_id), encoding="utf-8")
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision,
-                                 commit_message=commit_message)
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision,
+                                     commit_message=commit_message)
+        except (HfHubHTTPError, OSError, ValueError) as exc:  # refused, offline, unreachable, a bad id or revision
+            raise CheckpointError(f"push_to_hub {repo_id}: {one_line(exc, first=True, limit=300)}") from None
     return str(getattr(info, "commit_url", info))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from data_fixtures import closed_port_url, one_line, require
 
-from transformer_xl.data import RemoteFile, download_file, load_corpus
+from transformer_xl.data import RemoteFile, download_file, load_corpus, verify_file
 from transformer_xl.data import corpus as corpus_module
 from transformer_xl.errors import DataError
 
@@ -49,6 +49,14 @@ def test_size_mismatch_of_an_existing_file(tmp_path):
     with pytest.raises(DataError) as info:
         download_file(closed_port_url(), dest, size=len(PAYLOAD))
     assert str(dest) in one_line(info.value)
+
+
+@pytest.mark.parametrize("checksum", ["486b76cb68e2d98b", "nosuchhash:00", "sha256:"])
+def test_a_checksum_without_its_algorithm_is_one_line(tmp_path, checksum):
+    path = tmp_path / "f.txt"
+    path.write_text("x")
+    with pytest.raises(DataError, match=r"checksum: expected ALGORITHM:HEX"):
+        verify_file(path, checksum=checksum)
 
 
 def test_resume_from_partial_file(server, tmp_path):

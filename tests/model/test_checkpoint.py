@@ -44,6 +44,29 @@ def test_save_and_load_is_bit_exact(tmp_path, variant):
         assert loaded.crit.out_layers[0].weight is loaded.word_emb.emb_layers[0].weight
 
 
+@pytest.mark.parametrize("layout", ["ours", "hf"])
+def test_a_backbone_opened_from_a_language_models_folder_is_its_layer_stack(tmp_path, layout):
+    """As HuggingFace's base model from a head model's checkpoint: the embedding and the layers, the head left out;
+    its states are the language model's, memory carried."""
+    from transformer_xl.convert import export_checkpoint
+    from transformer_xl.model import TransformerXLBackbone
+
+    model = tiny_model(cutoffs=[15, 35], div_val=2, d_embed=32).eval()
+    if layout == "ours":
+        model.save_pretrained(tmp_path)
+    else:
+        export_checkpoint(model, tmp_path, "hf")
+    backbone = TransformerXLBackbone.from_pretrained(tmp_path)
+    assert type(backbone) is TransformerXLBackbone and not hasattr(backbone, "crit")
+    model = TransformerXL.from_pretrained(tmp_path)  # HuggingFace's layout starts from zero memory (mem_init)
+    x = random_tokens(2, 12)
+    with torch.no_grad():
+        lm, stack = model(x[:, :6]), backbone(input_ids=x[:, :6])
+        assert torch.equal(lm.hidden_states, stack.hidden_states)
+        lm, stack = model(x[:, 6:], mems=lm.mems), backbone(input_ids=x[:, 6:], mems=stack.mems)
+        assert torch.equal(lm.hidden_states, stack.hidden_states)
+
+
 # The HuggingFace port defines attn_type 0 only.
 ROUND_TRIPS = [(source, fmt, variant) for source in ("original", "hf") for fmt in ("bin", "safetensors")
                for variant in VARIANTS if source == "original" or variant.get("attn_type", 0) == 0]

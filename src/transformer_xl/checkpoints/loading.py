@@ -1,13 +1,14 @@
 """Reading models: our ``config.json`` + ``model.safetensors`` bit-exactly, HuggingFace's folders through
 :mod:`.layouts`, and state-dict files of other writers without unpickling.
 
-:func:`open_model` is what ``TransformerXL.from_pretrained`` runs (registered with the model layer on import): it
-opens whatever :func:`~.hub.locate` finds. HuggingFace's ``pytorch_model.bin`` is read with
-``torch.load(weights_only=True)``: never a full unpickle.
+:func:`open_model` is what ``TransformerXL.from_pretrained`` runs (the package names it in
+:mod:`transformer_xl.hooks`): it opens whatever :func:`~.hub.locate` finds. HuggingFace's ``pytorch_model.bin``
+is read with ``torch.load(weights_only=True)``: never a full unpickle.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,9 +21,11 @@ from safetensors.torch import load_file
 from ..errors import CheckpointError, ConfigError, one_line
 from ..files import WEIGHTS_NAME
 from ..model.config import TransformerXLConfig
-from ..model.saving import load_into, register_opener
+from ..model.saving import load_into
 from .hub import Located, locate
 from .layouts import config_from_hf, prepare_state_dict
+
+log = logging.getLogger(__name__)
 
 
 def load_safetensors(path) -> Dict[str, torch.Tensor]:
@@ -43,8 +46,6 @@ def open_model(model_class, name_or_path, revision: Optional[str] = None, map_lo
                      local_files_only=local_files_only)
     return load_located(located, model_class, map_location, dtype)
 
-
-register_opener(open_model)
 
 
 def from_pretrained(directory, model_class, map_location="cpu"):
@@ -67,8 +68,21 @@ def load_located(located: Located, model_class, map_location="cpu", dtype: Optio
     weights cast once to ``dtype`` (None: float32). Bit-exact for our own folders; HuggingFace folders are mapped
     by :func:`~.layouts.prepare_state_dict`."""
     model = model_class(model_config(located))
-    load_into(model, read_weights(located, model), str(located.weights_path))
+    load_into(model, without_head(read_weights(located, model), model), str(located.weights_path))
     return model.to(map_location, dtype=dtype).eval()
+
+
+def without_head(tensors: Dict[str, torch.Tensor], model) -> Dict[str, torch.Tensor]:
+    """``tensors`` without the language model's head when ``model`` has none (a backbone opened from a language
+    model's folder: ``model.head_weights`` names the prefixes); the head's weights are not used."""
+    prefixes = tuple(getattr(model, "head_weights", ()))
+    if not prefixes:
+        return tensors
+    kept = {k: v for k, v in tensors.items() if not k.startswith(prefixes)}
+    if len(kept) < len(tensors):
+        log.info("the language model's head (%d tensors) is not used by %s", len(tensors) - len(kept),
+                 type(model).__name__)
+    return kept
 
 
 def read_weights(located: Located, model) -> Dict[str, torch.Tensor]:

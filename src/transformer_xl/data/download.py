@@ -86,6 +86,8 @@ def verify_file(path: PathLike, checksum: Optional[str] = None, size: Optional[i
         raise DataError(f"{label} has {p.stat().st_size} bytes, expected {size} (incomplete or wrong file)")
     if checksum:
         algorithm, _, expected = checksum.partition(":")
+        if not expected or algorithm.lower() not in hashlib.algorithms_available:
+            raise DataError(f"checksum: expected ALGORITHM:HEX (sha256:...), got {checksum!r}")
         actual = _digest_of(p, algorithm)
         if actual != expected.lower():
             raise DataError(f"{label} has {algorithm} {actual}, expected {expected} (corrupt or wrong file)")

@@ -32,7 +32,7 @@ from ..data import load_corpus
 from ..errors import ConfigError
 from ..evaluation.token_losses import WINDOWS_PER_CALL, segment_losses, sliding_losses
 from ..model import TransformerXL, TransformerXLConfig
-from ..runtime.footprint import MARGIN, available_bytes, format_bytes, forward_footprint
+from ..runtime.footprint import MARGIN, available_bytes, format_bytes, forward_footprint, shapes_only
 
 
 @dataclass
@@ -64,7 +64,7 @@ def bench_models(n_layer: int, d_model: int, n_head: int, d_inner: int, n_token:
     torch.manual_seed(seed)
     common = dict(n_token=n_token, n_layer=n_layer, n_head=n_head, d_model=d_model, d_head=d_model // n_head,
                   d_inner=d_inner, dropout=0.0, dropatt=0.0)
-    with torch.device(device or "cpu"):
+    with shapes_only() if device == "meta" else torch.device(device or "cpu"):
         vanilla = TransformerXL(TransformerXLConfig(attn_type=2, mem_len=0, **common)).eval()
         xl = TransformerXL(TransformerXLConfig(attn_type=0, **common)).eval()
     return vanilla, xl

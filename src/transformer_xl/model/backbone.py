@@ -103,6 +103,10 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
     language model that extends this class keeps the state dicts of other writers.
     """
 
+    #: Name prefixes of a language model's head (the adaptive softmax): opened from a language model's folder or
+    #: hub id, the backbone keeps the embedding and the layer stack and leaves these weights out.
+    head_weights: Tuple[str, ...] = ("crit.",)
+
     def __init__(self, config: TransformerXLConfig):
         super().__init__()
         config.validate()

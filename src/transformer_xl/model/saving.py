@@ -1,31 +1,27 @@
 """Saving a model (``config.json`` + ``model.safetensors``, no pickle anywhere) and the ``from_pretrained`` entry.
 
 The model layer writes its own files but does not find or read other writers' files: ``from_pretrained`` hands the
-name to the opener that the layer above registers (:func:`register_opener`; :mod:`transformer_xl.checkpoints.loading`
-does so when the package is imported), which locates a folder, a run directory, a HuggingFace folder or a hub id.
+name to the opener of the layer above, :func:`transformer_xl.checkpoints.loading.open_model`, which locates a folder,
+a run directory, a HuggingFace folder or a hub id. The package names it in :mod:`transformer_xl.hooks` before any
+module of it is imported, so every import path finds it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 from safetensors.torch import save_file
 
 from ..errors import CheckpointError
 from ..files import CONFIG_NAME, WEIGHTS_NAME, atomic_write
+from ..hooks import resolve
 from ..version import __version__
 
-#: ``opener(model_class, name_or_path, revision, map_location, **hub_options) -> model``
-Opener = Callable[..., torch.nn.Module]
-_OPENER: Optional[Opener] = None
-
-
-def register_opener(opener: Opener) -> None:
-    """Set the function behind every ``from_pretrained`` (the checkpoints layer's ``open_model``)."""
-    global _OPENER
-    _OPENER = opener
+#: The hook behind every ``from_pretrained``:
+#: ``opener(model_class, name_or_path, revision, map_location, **hub_options) -> model``.
+OPEN_MODEL = "open_model"
 
 
 def unique_state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -95,7 +91,5 @@ class PretrainedMixin:
         once (``torch.bfloat16`` for bf16 inference; None keeps float32). One
         :class:`~transformer_xl.errors.CheckpointError` line when it cannot be opened.
         """
-        if _OPENER is None:  # only when the model package is used without the package above it
-            raise CheckpointError("from_pretrained: import transformer_xl to register the checkpoint opener")
-        return _OPENER(cls, name_or_path, revision, map_location, cache_dir=cache_dir, token=token,
+        return resolve(OPEN_MODEL)(cls, name_or_path, revision, map_location, cache_dir=cache_dir, token=token,
                        local_files_only=local_files_only, dtype=dtype)

@@ -48,6 +48,8 @@ class TransformerXL(TransformerXLBackbone):
     renames described in :mod:`transformer_xl.convert`.
     """
 
+    head_weights = ()  # the head is part of the language model: every weight of its folder is read
+
     def __init__(self, config: TransformerXLConfig):
         if config.d_input is not None:
             raise ValueError(f"d_input: the language model reads token ids; use TransformerXLBackbone for vectors "

@@ -28,13 +28,15 @@ within a factor of 2 either way there. :func:`check_fits` compares it with :func
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, Iterator, Optional, Union
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..errors import ConfigError
 from ..model.attention import AttentionChoice
@@ -76,9 +78,30 @@ def format_bytes(n: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- parts
+class _SkipRandomInit(TorchFunctionMode):
+    """Random initialisers (``normal_``, ``uniform_``) return their tensor untouched. For meta tensors, which hold
+    no values: torch runs these on the meta device through its Python reference implementations, whose first call
+    imports ``torch._dynamo`` (about a second, paid by every command that plans its memory)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in ("normal_", "uniform_"):
+            tensor = args[0] if args else kwargs["tensor"]
+            if tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Modules built inside have their shapes and nothing else: the meta device, no initialisation run."""
+    with torch.device("meta"), _SkipRandomInit():
+        yield
+
+
 def parameter_count(config: TransformerXLConfig) -> int:
     """Number of distinct parameters (tied weights once), counted on the meta device: nothing is allocated."""
-    with torch.device("meta"):
+    with shapes_only():
         model = TransformerXL(config)
     return sum(p.numel() for p in model.parameters())
 

@@ -344,7 +344,10 @@ class _StreamedRelAttention(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------------------------- public entry
-@torch.compiler.disable  # data-dependent block skipping; runs eagerly inside a compiled model
+# Runs eagerly inside a compiled model (data-dependent block skipping). torch._disable_dynamo is
+# torch.compiler.disable applied at the first call, so that importing the model does not import torch._dynamo
+# (about 1 s, paid by every `txl` command).
+@torch._disable_dynamo
 def streamed_rel_attention(q_u: Tensor, q_v: Tensor, r_k: Tensor, mems: Optional[Tensor], h: Tensor, w_kv: Tensor,
                            ln: Optional[Tuple[Tensor, Tensor, float]] = None, attn_mask: Optional[Tensor] = None,
                            block: int = 256, dropatt: float = 0.0, training: bool = False) -> Tensor:
