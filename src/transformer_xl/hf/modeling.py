@@ -1,0 +1,413 @@
+"""``TransfoXLLMHeadModel`` and ``TransfoXLModel`` for transformers 5: a face over this package's model.
+
+Each class holds one model of this package (``self.transformer``: a :class:`~transformer_xl.model.TransformerXL`
+for the language model, a :class:`~transformer_xl.model.TransformerXLBackbone` for ``TransfoXLModel``) and
+translates transformers' conventions at its edge; the maths, the memory and the loading are the model's own.
+
+Conventions kept from transformers 4.35's ``TransfoXLLMHeadModel`` (so that code written for it runs unchanged):
+
+* ``labels`` are shifted inside the model (``labels=input_ids`` works): ``losses [B, L-1]`` per token, ``loss``
+  their mean over labels that are not -100. ``shift_labels [B, L]`` (transformers 5's name for targets that are
+  already the next tokens) gives ``losses [B, L]`` instead: every position predicts, as in ``txl train``.
+* ``logits [B, L, V]`` are log-probabilities (the adaptive softmax's output), as 4.35's ``prediction_scores``; with
+  labels they are not computed (as there).
+* ``mems``: n_layer x ``[M, B, d_model]`` (length first, as 4.35's). ``mems=None`` starts fresh: ``mem_len`` zero
+  states for HuggingFace's models (``mem_init="zeros"``), nothing for this package's runs.
+* ``generate`` carries the memory: the prompt is one segment, then each new token is a segment of its own with
+  the last ``mem_len`` states as memory (4.35's ``prepare_inputs_for_generation``); beam search reorders it.
+
+``attention_mask [B, T]`` (0 = padding) is accepted: its last ``L`` columns hide padded inputs as keys; when it is
+longer than the inputs (as ``generate`` grows it: one column per token so far) the columns before the inputs say
+which memory positions, aligned to the right, are padding, so padding stays hidden while it is in memory. Relative
+distances and the memory window still count padded positions: see docs/TRANSFORMERS.md.
+
+Saving writes HuggingFace's own layout (``config.json`` with ``model_type: transfo-xl`` and ``model.safetensors``
+with transformers 4.35's names and tail-cluster order), which transformers 5 with this face,
+:meth:`TransformerXL.from_pretrained` and transformers 4.35 all open.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from safetensors.torch import save_file
+from torch import Tensor
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from ..checkpoints.layouts import PREFIX, export_state_dict, prepare_state_dict
+from ..files import atomic_write
+from ..labels import IGNORE_INDEX
+from ..model import RunLengths, TransformerXL, TransformerXLBackbone
+from .configuration import TransfoXLConfig
+
+WEIGHTS_FILE = "model.safetensors"
+#: from_pretrained arguments of transformers that change nothing here (hub and loading options this model has no
+#: use for); any other unknown argument is a TypeError naming it.
+IGNORED_LOAD_ARGS = frozenset({"_from_auto", "_from_pipeline", "trust_remote_code", "adapter_kwargs", "proxies",
+                               "force_download", "low_cpu_mem_usage", "use_safetensors", "attn_implementation",
+                               "code_revision", "output_loading_info", "key_mapping", "weights_only"})
+#: forward arguments that transformers' loops pass and that change nothing here.
+IGNORED_FORWARD_ARGS = frozenset({"use_cache", "num_items_in_batch", "return_loss", "logits_to_keep"})
+RUN_LENGTHS = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
+
+
+@dataclass
+class TransfoXLLMHeadModelOutput(ModelOutput):
+    """The language model's output (fields of transformers 4.35's, ``loss`` first as transformers 5 expects).
+
+    ``loss``: mean of ``losses`` over labels that are not -100. ``logits``: ``[B, L, V]`` log-probabilities (None
+    when labels are given). ``losses``: ``[B, L-1]`` per token for ``labels``, ``[B, L]`` for ``shift_labels``.
+    ``mems``: n_layer x ``[M, B, d_model]``. ``hidden_states``: n_layer + 1 x ``[B, L, d_model]`` when asked for.
+    """
+
+    loss: Optional[Tensor] = None
+    logits: Optional[Tensor] = None
+    losses: Optional[Tensor] = None
+    mems: Optional[List[Tensor]] = None
+    hidden_states: Optional[Tuple[Tensor, ...]] = None
+    attentions: Optional[Tuple[Tensor, ...]] = None
+
+    @property
+    def prediction_scores(self) -> Optional[Tensor]:
+        """transformers 4.35's name of ``logits``."""
+        return self.logits
+
+
+@dataclass
+class TransfoXLModelOutput(ModelOutput):
+    """The backbone's output: ``last_hidden_state [B, L, d_model]``, ``mems`` n_layer x ``[M, B, d_model]``,
+    ``hidden_states`` n_layer + 1 x ``[B, L, d_model]`` when asked for."""
+
+    last_hidden_state: Optional[Tensor] = None
+    mems: Optional[List[Tensor]] = None
+    hidden_states: Optional[Tuple[Tensor, ...]] = None
+    attentions: Optional[Tuple[Tensor, ...]] = None
+
+
+# ---------------------------------------------------------------------------- conventions at the edge
+def to_model_mems(mems: Optional[Sequence[Tensor]]) -> Optional[List[Tensor]]:
+    """transformers' ``[M, B, d]`` per layer -> the model's ``[B, M, d]`` (views)."""
+    return None if mems is None else [m.transpose(0, 1) for m in mems]
+
+
+def from_model_mems(mems: Optional[Sequence[Tensor]]) -> Optional[List[Tensor]]:
+    """The model's ``[B, M, d]`` per layer -> transformers' ``[M, B, d]`` (views)."""
+    return None if mems is None else [m.transpose(0, 1) for m in mems]
+
+
+def padding_masks(attention_mask: Optional[Tensor], qlen: int, mlen: int) -> Tuple[Optional[Tensor],
+                                                                                  Optional[Tensor]]:
+    """``(padding_mask [B, L], mems_mask [B, M])`` (True = hidden) from ``attention_mask [B, T]`` (0 = padding),
+    or ``(None, None)`` when nothing is padding. The last ``L`` columns are the inputs; up to ``M`` columns before
+    them are the memory's newest positions (the memory is aligned to the right: older positions, and the zero
+    states of a fresh start, count as real)."""
+    if attention_mask is None:
+        return None, None
+    if attention_mask.dim() != 2 or attention_mask.size(1) < qlen:
+        raise ValueError(f"attention_mask: expected [B, T] with T >= {qlen} (the inputs' length), got shape "
+                         f"{list(attention_mask.shape)}")
+    hidden = attention_mask == 0  # [B, T]
+    if not bool(hidden.any()):
+        return None, None
+    padding = hidden[:, -qlen:]  # [B, L]
+    mems_mask = None
+    before = hidden.size(1) - qlen
+    if mlen and before:
+        k = min(mlen, before)
+        mems_mask = hidden.new_zeros(hidden.size(0), mlen)
+        mems_mask[:, mlen - k:] = hidden[:, before - k:before]
+    return padding, mems_mask
+
+
+def check_forward_args(inputs_embeds, head_mask, output_attentions, extra: Dict[str, object]) -> None:
+    """One error line for what this model does not do; transformers' bookkeeping arguments pass."""
+    if inputs_embeds is not None:
+        raise ValueError("inputs_embeds: not supported; Transformer-XL's adaptive input reads token ids (input_ids)")
+    if head_mask is not None:
+        raise ValueError("head_mask: not supported by this model")
+    if output_attentions:
+        raise ValueError("output_attentions: not supported; the attention back-ends do not keep the weights")
+    for name, value in extra.items():
+        if name in ("past_key_values", "cache") and value is not None:
+            raise ValueError(f"{name}: this model's state is its memory; pass mems (out.mems of the previous call)")
+        if name not in IGNORED_FORWARD_ARGS and value is not None and value is not False:
+            raise TypeError(f"forward() got an unexpected argument {name!r}")
+
+
+def hf_state_dict(model: TransformerXLBackbone) -> Dict[str, Tensor]:
+    """The weights as transformers 4.35 saves them: its names and tail-cluster order
+    (:func:`~transformer_xl.checkpoints.layouts.export_state_dict`), each tied tensor once, under the name of the
+    tensor it is tied to (the input embedding, the shared ``u``/``v``)."""
+    state, _ = export_state_dict(model, "hf")
+    first: Dict[int, str] = {}
+    aliases = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            aliases.append(name)
+        first.setdefault(id(p), name)
+    drop = {name if name.startswith("crit.") else PREFIX + name for name in aliases}
+    if model.config.attn_type == 0 and not model.config.untie_r:  # per-layer copies of the shared u, v
+        drop |= {k for k in state if re.fullmatch(r"transformer\.layers\.\d+\.dec_attn\.r_[wr]_bias", k)}
+    return {k: v.contiguous() for k, v in state.items() if k not in drop}
+
+
+def load_dtype(dtype, torch_dtype):
+    """``dtype`` (or transformers 4's ``torch_dtype``) as a torch dtype; None or "auto": as saved (float32)."""
+    value = dtype if dtype is not None else torch_dtype
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str):
+        value = getattr(torch, value, value)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"dtype: expected a torch dtype or its name, got {value!r}")
+    return value
+
+
+def load_device(device_map) -> str:
+    """Where the weights go: ``device_map`` None, "auto" (a GPU when there is one) or one device."""
+    if device_map is None:
+        return "cpu"
+    if device_map == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(device_map, (str, torch.device, int)):
+        return device_map
+    raise ValueError("device_map: one device (or 'auto'); this model is not split across devices")
+
+
+# ---------------------------------------------------------------------------- the classes
+class TransfoXLPreTrainedModel(PreTrainedModel):
+    """What the two faces share: the model of this package in ``self.transformer``, its loading and saving."""
+
+    config_class = TransfoXLConfig
+    base_model_prefix = "transformer"
+    main_input_name = "input_ids"
+    accepts_loss_kwargs = False  # the loss is the mean over this batch's tokens (as txl train): no num_items_in_batch
+    #: the class of this package's model the face holds
+    txl_class = TransformerXLBackbone
+
+    def __init__(self, config: TransfoXLConfig, model: Optional[TransformerXLBackbone] = None):
+        super().__init__(config)
+        self.transformer = model if model is not None else self.txl_class(config.to_txl())
+        self.apply_run_lengths()
+        self.register_load_state_dict_pre_hook(self._load_hf_layout)
+        self.post_init()
+
+    def _init_weights(self, module) -> None:
+        """Nothing: the model of this package initialises its weights as the paper's code does."""
+
+    @property
+    def txl(self) -> TransformerXLBackbone:
+        """The model of this package that does the work (``self.transformer``)."""
+        return self.transformer
+
+    # ------------------------------------------------------------------ run-time lengths
+    def apply_run_lengths(self) -> None:
+        """Use the config's ``tgt_len``, ``ext_len``, ``mem_len``, ``clamp_len`` and ``same_length`` at run time
+        (after changing them in ``self.config``); ConfigError naming a length the model cannot run with."""
+        self.transformer.set_lengths(RunLengths(*(getattr(self.config, k) for k in RUN_LENGTHS)))
+
+    def reset_memory_length(self, mem_len: int) -> None:
+        """A memory of ``mem_len`` states from now on (transformers 4.35's method)."""
+        self.config.mem_len = int(mem_len)
+        self.apply_run_lengths()
+
+    def init_mems(self, bsz: int) -> List[Tensor]:
+        """The memory of a fresh start: n_layer x ``[M, bsz, d_model]`` (M = ``mem_len`` zero states, or 0)."""
+        return from_model_mems(self.transformer.init_mems(bsz))
+
+    def get_input_embeddings(self):
+        return self.transformer.word_emb
+
+    # ------------------------------------------------------------------ files
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config: Optional[TransfoXLConfig] = None,
+                        revision: Optional[str] = None, cache_dir=None, token=None, local_files_only: bool = False,
+                        dtype=None, torch_dtype=None, device_map=None, subfolder: str = "", **kwargs):
+        """The model named by ``pretrained_model_name_or_path``, in evaluation mode.
+
+        What :meth:`TransformerXL.from_pretrained` opens: a hub id (``revision``, ``cache_dir``, ``token``,
+        ``local_files_only``, ``HF_HUB_OFFLINE``), a folder written by HuggingFace (``pytorch_model.bin`` or
+        ``model.safetensors``, 4.35's layout) or by :meth:`save_pretrained`, this package's folders and run
+        directories. ``config`` (what ``AutoModel`` read) and keyword arguments may change the run-time lengths
+        (``mem_len=1600``, ``clamp_len``, ``same_length``, ``tgt_len``); ``dtype`` casts the weights;
+        ``device_map`` is one device. An argument that would change anything else is a TypeError naming it.
+        """
+        if model_args:
+            raise TypeError(f"{cls.__name__}.from_pretrained: unexpected positional arguments {model_args!r}")
+        if subfolder:
+            raise ValueError("subfolder: not supported; give the folder itself")
+        lengths = {k: kwargs.pop(k) for k in RUN_LENGTHS if k in kwargs}
+        unknown = sorted(k for k in kwargs if k not in IGNORED_LOAD_ARGS)
+        if unknown:
+            raise TypeError(f"{cls.__name__}.from_pretrained: unexpected argument(s) {', '.join(unknown)}")
+        model = cls.txl_class.from_pretrained(pretrained_model_name_or_path, revision=revision,
+                                                map_location=load_device(device_map), cache_dir=cache_dir,
+                                                token=token, local_files_only=local_files_only,
+                                                dtype=load_dtype(dtype, torch_dtype))
+        face = TransfoXLConfig.from_txl(model.config, name_or_path=str(pretrained_model_name_or_path))
+        for name in RUN_LENGTHS:
+            value = lengths.get(name, getattr(config, name, None) if config is not None else None)
+            if value is not None:
+                setattr(face, name, value)
+        return cls(face, model).eval()
+
+    @classmethod
+    def from_txl(cls, model: TransformerXLBackbone) -> "TransfoXLPreTrainedModel":
+        """A face over a model of this package (the same module: weights and run-time lengths are shared)."""
+        face = TransfoXLConfig.from_txl(model.config)
+        for name in RUN_LENGTHS:
+            setattr(face, name, getattr(model, name))
+        return cls(face, model).train(model.training)
+
+    def save_pretrained(self, save_directory, is_main_process: bool = True, state_dict=None, **kwargs) -> None:
+        """Write ``config.json`` and ``model.safetensors`` in HuggingFace's layout (module docstring), which
+        transformers 5 (with this package), :meth:`TransformerXL.from_pretrained` and transformers 4.35 open.
+        ``state_dict``: this face's own state dict to save instead of the live weights (as ``Trainer`` passes it).
+        ``push_to_hub`` and sharding arguments are not supported."""
+        for name in ("push_to_hub", "max_shard_size", "variant"):
+            if kwargs.get(name) not in (None, False, "", "5GB", "50GB"):
+                raise ValueError(f"{name}: not supported by this model's save_pretrained")
+        if not is_main_process:
+            return
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        model = self.transformer
+        if state_dict is not None:  # e.g. gathered by Trainer: load it into a copy of the inner model's shape
+            model = self.txl_class(model.config)
+            inner = {k[len("transformer."):]: v for k, v in state_dict.items() if k.startswith("transformer.")}
+            model.load_state_dict(inner)
+        tensors = hf_state_dict(model)
+        atomic_write(directory / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        self.config.architectures = [type(self).__name__]
+        self.config.save_pretrained(directory)
+        if self.can_generate():
+            self.generation_config.save_pretrained(directory)
+
+    def _load_hf_layout(self, module, state_dict, prefix, *args) -> None:
+        """``load_state_dict`` of the weights :meth:`save_pretrained` wrote (HuggingFace's layout, as ``Trainer``
+        reads a checkpoint to resume from): mapped in place to this face's names first
+        (:func:`~transformer_xl.checkpoints.layouts.prepare_state_dict`), tied names filled in."""
+        hf_layout = any(k.startswith(prefix + "crit.") for k in state_dict) or \
+            f"{prefix}transformer.pos_emb.inv_freq" in state_dict
+        if not hf_layout:
+            return
+        hf = {k[len(prefix):]: state_dict.pop(k) for k in list(state_dict) if k.startswith(prefix)}
+        ours = prepare_state_dict(hf, self.transformer, "hf", "state dict")
+        first: Dict[int, str] = {}
+        for name, p in self.transformer.named_parameters(remove_duplicate=False):
+            source = first.setdefault(id(p), name)
+            if name not in ours and source in ours:
+                ours[name] = ours[source]
+        state_dict.update({f"{prefix}transformer.{k}": v for k, v in ours.items()})
+
+
+class TransfoXLModel(TransfoXLPreTrainedModel):
+    """The layer stack with its memory (transformers 4.35's ``TransfoXLModel``): hidden states, no head. Opened
+    from a language model's folder it leaves the adaptive softmax out."""
+
+    txl_class = TransformerXLBackbone
+
+    def forward(self, input_ids: Optional[Tensor] = None, mems: Optional[List[Tensor]] = None,
+                attention_mask: Optional[Tensor] = None, inputs_embeds: Optional[Tensor] = None,
+                head_mask: Optional[Tensor] = None, output_attentions: Optional[bool] = None,
+                output_hidden_states: Optional[bool] = None, return_dict: Optional[bool] = None, **kwargs):
+        """``input_ids [B, L]``, ``mems`` n_layer x ``[M, B, d_model]`` -> :class:`TransfoXLModelOutput`."""
+        check_forward_args(inputs_embeds, head_mask, output_attentions, kwargs)
+        if input_ids is None:
+            raise ValueError("input_ids: required ([B, L] token ids)")
+        mlen = 0 if mems is None else mems[0].size(0)
+        padding, mems_mask = padding_masks(attention_mask, input_ids.size(1), mlen)
+        out = self.transformer(input_ids=input_ids, mems=to_model_mems(mems), mems_mask=mems_mask,
+                               padding_mask=padding, output_hidden_states=bool(output_hidden_states))
+        result = TransfoXLModelOutput(last_hidden_state=out.hidden_states, mems=from_model_mems(out.mems),
+                                      hidden_states=tuple(out.all_hidden_states) if output_hidden_states else None)
+        return result if return_dict is not False else result.to_tuple()
+
+
+class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
+    """The language model (transformers 4.35's ``TransfoXLLMHeadModel``, the class name its pipelines know):
+    this package's :class:`TransformerXL`, with ``generate`` carrying the memory (module docstring)."""
+
+    txl_class = TransformerXL
+    _is_stateful = True  # the memory cannot be cut back to an earlier length (no assisted decoding)
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        """No ``DynamicCache``: the state is ``mems``, carried by :meth:`_update_model_kwargs_for_generation`."""
+        return False
+
+    def get_output_embeddings(self):
+        return None  # the adaptive softmax has no single output matrix to resize or tie
+
+    def forward(self, input_ids: Optional[Tensor] = None, mems: Optional[List[Tensor]] = None,
+                attention_mask: Optional[Tensor] = None, labels: Optional[Tensor] = None,
+                shift_labels: Optional[Tensor] = None, inputs_embeds: Optional[Tensor] = None,
+                head_mask: Optional[Tensor] = None, output_attentions: Optional[bool] = None,
+                output_hidden_states: Optional[bool] = None, return_dict: Optional[bool] = None, **kwargs):
+        """Language-model forward pass.
+
+        Args:
+            input_ids: ``[B, L]`` token ids.
+            mems: n_layer x ``[M, B, d_model]``, ``out.mems`` of the previous call; None starts fresh.
+            attention_mask: ``[B, T]``, 0 on padding, ``T >= L`` (module docstring).
+            labels: ``[B, L]``, shifted inside (``labels=input_ids``); -100 is ignored. ``losses [B, L-1]``.
+            shift_labels: ``[B, L]`` next-token targets (not shifted); ``losses [B, L]``.
+        Returns:
+            :class:`TransfoXLLMHeadModelOutput` (a tuple with ``return_dict=False``).
+        """
+        check_forward_args(inputs_embeds, head_mask, output_attentions, kwargs)
+        if input_ids is None:
+            raise ValueError("input_ids: required ([B, L] token ids)")
+        if labels is not None and shift_labels is not None:
+            raise ValueError("labels, shift_labels: give one (labels are shifted inside, shift_labels are not)")
+        targets = shift_labels
+        if labels is not None:  # position t predicts labels[t + 1]; the last position predicts nothing
+            targets = torch.cat([labels[:, 1:], labels.new_full((labels.size(0), 1), IGNORE_INDEX)], dim=1)
+        mlen = 0 if mems is None else mems[0].size(0)
+        padding, mems_mask = padding_masks(attention_mask, input_ids.size(1), mlen)
+        out = self.transformer(input_ids, labels=targets, mems=to_model_mems(mems), mems_mask=mems_mask,
+                               padding_mask=padding, return_log_probs=targets is None,
+                               output_hidden_states=bool(output_hidden_states))
+        losses = out.losses
+        if labels is not None:
+            losses = losses[:, :-1]  # [B, L-1], as transformers 4.35
+        result = TransfoXLLMHeadModelOutput(
+            loss=out.loss, logits=out.log_probs, losses=losses, mems=from_model_mems(out.mems),
+            hidden_states=tuple(out.all_hidden_states) if output_hidden_states else None)
+        return result if return_dict is not False else result.to_tuple()
+
+    # ------------------------------------------------------------------ generation
+    def prepare_inputs_for_generation(self, input_ids: Tensor, mems: Optional[List[Tensor]] = None,
+                                      attention_mask: Optional[Tensor] = None, txl_prompt_read: bool = False,
+                                      **kwargs) -> dict:
+        """The prompt ``[B, P]`` as one segment (with ``mems`` when ``generate`` was given some), then only the
+        newest token ``[B, 1]`` with the memory of the step before (``txl_prompt_read``: set once the prompt was
+        read)."""
+        if txl_prompt_read:
+            input_ids = input_ids[:, -1:]
+        elif mems is not None and mems[0].size(1) != input_ids.size(0):  # generate's beams expand the rows
+            copies = input_ids.size(0) // mems[0].size(1)
+            mems = [m.repeat_interleave(copies, dim=1) for m in mems]
+        return {"input_ids": input_ids, "mems": mems, "attention_mask": attention_mask}
+
+    def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict,
+                                            is_encoder_decoder: bool = False, num_new_tokens: int = 1) -> dict:
+        """Carry ``outputs.mems`` to the next step (then transformers grows ``attention_mask``)."""
+        model_kwargs["mems"] = outputs.mems
+        model_kwargs["txl_prompt_read"] = True
+        return super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder,
+                                                           num_new_tokens)
+
+    @staticmethod
+    def _reorder_cache(mems: List[Tensor], beam_idx: Tensor) -> List[Tensor]:
+        """Beam search: the memory rows of the beams that go on (``[M, B, d]`` per layer, rows ``beam_idx``)."""
+        return [m.index_select(1, beam_idx.to(m.device)) for m in mems]
+
+
+__all__ = ["TransfoXLLMHeadModel", "TransfoXLLMHeadModelOutput", "TransfoXLModel", "TransfoXLModelOutput",
+           "TransfoXLPreTrainedModel", "hf_state_dict", "padding_masks"]

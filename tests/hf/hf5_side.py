@@ -1,0 +1,276 @@
+"""The transformers 5 half of tests/hf, run by the transformers-5 environment's python (``TXL_HF5_PYTHON``).
+
+``python hf5_side.py TASK SPEC.json OUT.json``: reads what the test (in the main environment, whose transformers
+4.35.2 is the judge) prepared, runs ``transformer_xl.hf`` with transformers 5, and writes plain numbers and tokens
+as JSON for the test to compare. Tasks:
+
+* ``judge``: HuggingFace-written folders and a hub id through ``AutoModelForCausalLM``/``AutoTokenizer``: losses
+  over segments with memory, log-probabilities, greedy and beam tokens, a pipeline, saving and reopening.
+* ``padding``: a left-padded batch against its rows alone.
+* ``trainer``: ``txl train --init-from`` and ``MemoryTrainer`` on the same data, step by step; evaluation with and
+  without memory on a copying task.
+* ``ddp``: one rank of ``MemoryTrainer`` under ``accelerate launch`` (each rank writes ``OUT.json.RANK``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+warnings.simplefilter("ignore")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments, pipeline  # noqa: E402
+
+import transformer_xl.hf  # noqa: E402,F401  (registers "transfo-xl")
+from transformer_xl.hf import MemoryTrainer, StreamSegments, TransfoXLLMHeadModel, txl_optimizers  # noqa: E402
+
+
+def listed(t: torch.Tensor):
+    return t.detach().cpu().tolist()
+
+
+# ---------------------------------------------------------------------------- judge
+def segment_numbers(model, ids: torch.Tensor, seg_len: int) -> dict:
+    """Per-token losses (``labels=x``) and log-probabilities of each segment, the memory carried."""
+    mems = None
+    losses, log_probs = [], []
+    with torch.no_grad():
+        for s in range(0, ids.size(1), seg_len):
+            x = ids[:, s:s + seg_len]
+            out = model(input_ids=x, labels=x, mems=mems)
+            plain = model(input_ids=x, mems=mems)
+            assert out.logits is None and out.losses.shape == (x.size(0), x.size(1) - 1)
+            assert abs(float(out.loss) - float(out.losses.mean())) < 1e-5
+            losses.append(listed(out.losses))
+            log_probs.append(listed(plain.logits))
+            mems = out.mems
+    return {"losses": losses, "log_probs": log_probs, "mem_shape": list(mems[0].shape)}
+
+
+def judge_folder(spec: dict) -> dict:
+    model = AutoModelForCausalLM.from_pretrained(spec["path"])
+    ids = torch.tensor(spec["ids"])
+    prompt = torch.tensor([spec["prompt"]])
+    result = {"class": type(model).__name__, "training": model.training, **segment_numbers(model, ids, spec["seg_len"])}
+    n = spec["new_tokens"]
+    result["greedy"] = listed(model.generate(prompt, max_new_tokens=n, do_sample=False)[0])
+    result["beam"] = listed(model.generate(prompt, max_new_tokens=n, num_beams=4)[0])
+    result["beam_batch"] = listed(model.generate(torch.cat([prompt, prompt.flip(1)]), max_new_tokens=n, num_beams=3))
+    # saved by this face, reopened by it (and, in the test, by transformers 4.35.2 and TransformerXL.from_pretrained)
+    model.save_pretrained(spec["save_to"])
+    again = AutoModelForCausalLM.from_pretrained(spec["save_to"])
+    result["reopened"] = segment_numbers(again, ids, spec["seg_len"])["losses"] == result["losses"]
+    # the backbone, opened from the same folder: the language model's hidden states
+    base = AutoModel.from_pretrained(spec["path"])
+    with torch.no_grad():
+        hidden = base(input_ids=ids[:, :spec["seg_len"]]).last_hidden_state
+        full = model(input_ids=ids[:, :spec["seg_len"]], output_hidden_states=True).hidden_states[-1]
+    result["backbone"] = {"class": type(base).__name__, "difference": float((hidden - full).abs().max())}
+    # a Trainer checkpoint's weights (this layout) load back into a live model with load_state_dict
+    from safetensors.torch import load_file
+
+    fresh = TransfoXLLMHeadModel.from_pretrained(spec["path"])
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.add_(1.0)
+    report = fresh.load_state_dict(load_file(str(Path(spec["save_to"]) / "model.safetensors")), strict=True)
+    result["state_dict_reload"] = {"missing": list(report.missing_keys), "unexpected": list(report.unexpected_keys),
+                                   "same": segment_numbers(fresh.eval(), ids, spec["seg_len"])["losses"]
+                                   == result["losses"]}
+    return result
+
+
+def judge_hub(spec: dict) -> dict:
+    """The hub id through the Auto classes (offline cache), the tokenizer against the test's texts, the pipeline."""
+    model = AutoModelForCausalLM.from_pretrained(spec["repo"])
+    tok = AutoTokenizer.from_pretrained(spec["repo"])
+    out = {"tokenizer_class": type(tok).__name__, "ids": [tok(t)["input_ids"] for t in spec["texts"]],
+           "tokens": [tok.tokenize(t) for t in spec["texts"]],
+           "decoded": [tok.decode(ids) for ids in spec["decode"]],
+           "eos": [tok.eos_token, tok.eos_token_id], "unk": [tok.unk_token, tok.unk_token_id], "size": len(tok)}
+    # generate continues from a memory it is given: the prompt read on top of it, then a token at a time
+    ids = tok(spec["prompt"], return_tensors="pt")["input_ids"]
+    mems = model(input_ids=ids[:, :2]).mems
+    given = model.generate(ids[:, 2:], mems=mems, max_new_tokens=8, do_sample=False)[0, ids.size(1) - 2:]
+    with torch.no_grad():
+        step = model(input_ids=ids[:, 2:], mems=mems)
+        by_hand = []
+        for _ in range(8):
+            by_hand.append(int(step.logits[0, -1].argmax()))
+            step = model(input_ids=torch.tensor([[by_hand[-1]]]), mems=step.mems)
+    out["continued"] = [listed(given), by_hand]
+    generator = pipeline("text-generation", model=model, tokenizer=tok)
+    done = generator(spec["prompt"], max_new_tokens=spec["new_tokens"], do_sample=False, return_tensors=True)
+    out["pipeline_ids"] = done[0]["generated_token_ids"]
+    text = generator(spec["prompt"], max_new_tokens=spec["new_tokens"], do_sample=False)[0]["generated_text"]
+    out["pipeline_text"] = text
+    saved = Path(spec["save_to"])
+    tok.save_pretrained(saved)
+    again = AutoTokenizer.from_pretrained(saved)
+    out["resaved"] = [again(t)["input_ids"] for t in spec["texts"]]
+    out["resaved_files"] = sorted(p.name for p in saved.iterdir())
+    return out
+
+
+def task_judge(spec: dict) -> dict:
+    return {"folders": {f["name"]: judge_folder(f) for f in spec["folders"]}, "hub": judge_hub(spec["hub"])}
+
+
+# ---------------------------------------------------------------------------- padding
+def task_padding(spec: dict) -> dict:
+    """Greedy tokens of a left-padded batch and of each row alone; the batch again with other padding ids."""
+    model = TransfoXLLMHeadModel.from_pretrained(spec["path"])
+    rows = spec["rows"]
+    width = max(map(len, rows))
+    out = {}
+    for pad_id in (0, 7):
+        ids = torch.full((len(rows), width), pad_id)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for b, r in enumerate(rows):
+            ids[b, width - len(r):] = torch.tensor(r)
+            mask[b, width - len(r):] = 1
+        got = model.generate(ids, attention_mask=mask, max_new_tokens=spec["new_tokens"], do_sample=False,
+                             pad_token_id=pad_id, eos_token_id=None)
+        out[f"batch_pad{pad_id}"] = listed(got[:, width:])
+    out["alone"] = [listed(model.generate(torch.tensor([r]), max_new_tokens=spec["new_tokens"], do_sample=False,
+                                          eos_token_id=None)[0, len(r):]) for r in rows]
+    return out
+
+
+# ---------------------------------------------------------------------------- MemoryTrainer
+def training_args(out_dir: Path, batch: int, steps: int, **changes) -> TrainingArguments:
+    values = dict(output_dir=str(out_dir), per_device_train_batch_size=batch, per_device_eval_batch_size=batch,
+                  max_steps=steps, max_grad_norm=0.25, logging_steps=1, save_strategy="no", report_to=[],
+                  disable_tqdm=True, use_cpu=True, dataloader_num_workers=0, eval_strategy="no")
+    values.update(changes)
+    return TrainingArguments(**values)
+
+
+class Recording(MemoryTrainer):
+    """MemoryTrainer keeping each training step's loss and the first input token of each row it read."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.losses, self.seen = [], []
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if model.training:
+            loss = result[0] if return_outputs else result
+            self.losses.append(float(loss.detach()))
+            self.seen.append(listed(inputs["input_ids"][:, 0]))
+        return result
+
+
+def finetune_config(spec: dict):
+    from transformer_xl.training import load_run_config
+
+    argv = ["--init-from", spec["init"], "--dataset", "text", "--train-file", spec["train_file"],
+            "--valid-file", spec["valid_file"], "--test-file", spec["valid_file"], "--cache-dir", spec["cache"],
+            "--run-dir", spec["run_dir"],
+            "--batch-size", str(spec["streams"]), "--tgt-len", str(spec["tgt_len"]), "--mem-len",
+            str(spec["mem_len"]), "--dropout", "0.0", "--dropatt", "0.0", "--lr", str(spec["lr"]), "--warmup-steps",
+            str(spec["warmup"]), "--max-steps", str(spec["steps"]), "--eval-interval", "1000", "--eval.batch-size",
+            str(spec["streams"]), "--eval.max-steps", "2", "--log-interval", "1", "--progress", "false",
+            "--tensorboard", "false", "--num-threads", "1"]
+    return load_run_config(None, argv)
+
+
+def copy_task(seed: int, streams: int, blocks: int, period: int, repeats: int, vocab: int) -> torch.Tensor:
+    """Streams of random blocks, each a random sequence of ``period`` tokens said ``repeats`` times: with memory
+    every segment after a block's first is predictable; without, none is."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.cat([torch.randint(0, vocab, (period,), generator=g).repeat(repeats) for _ in range(blocks)])
+            for _ in range(streams)]
+    return torch.stack(rows).reshape(-1)  # stream b is row b of [streams, n]: StreamSegments cuts it back
+
+
+def task_trainer(spec: dict) -> dict:
+    from transformer_xl.model import TransformerXL, TransformerXLConfig
+    from transformer_xl.training import train
+    from transformer_xl.training.loop import load_data
+
+    torch.set_num_threads(1)
+    out = {}
+    # 1. txl train --init-from, and MemoryTrainer from the same folder on the same ids
+    cfg = finetune_config(spec)
+    done = train(cfg)
+    ids = load_data(finetune_config(spec)).train
+    text = Path(spec["train_file"]).read_text(encoding="utf-8")
+    model = TransfoXLLMHeadModel.from_pretrained(spec["init"], tgt_len=spec["tgt_len"], mem_len=spec["mem_len"]).train()
+    from transformer_xl.hf import TransfoXLTokenizer
+
+    tok = TransfoXLTokenizer.from_pretrained(spec["init"])
+    from_text = StreamSegments.from_text(text, tok, spec["streams"], spec["tgt_len"])
+    data = StreamSegments(ids, spec["streams"], spec["tgt_len"])
+    out["from_text_same_ids"] = torch.equal(from_text.data, data.data)
+    trainer = Recording(model=model, args=training_args(Path(spec["work"]) / "mt", spec["streams"], spec["steps"]),
+                        train_dataset=data, optimizers=txl_optimizers(model, cfg.train))
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer.train()
+    out["moved"] = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), before))
+    out["txl_losses"], out["hf_losses"] = done.train_losses, trainer.losses
+    out["seen"] = trainer.seen
+    out["stream_starts"] = [listed(data.data[:, s * spec["tgt_len"]]) for s in range(spec["steps"])]
+    json.dump({"ids": listed(torch.as_tensor(ids)), "losses": trainer.losses},
+              open(Path(spec["work"]) / "parity.json", "w"))
+    # 2. evaluation with and without memory, on a task that needs it
+    c = spec["copy"]
+    net = TransformerXL(TransformerXLConfig(n_token=c["vocab"], n_layer=2, n_head=2, d_model=32, d_head=16,
+                                            d_inner=64, tgt_len=c["period"], mem_len=c["period"], dropout=0.0))
+    face = TransfoXLLMHeadModel.from_txl(net).train()
+    train_set = StreamSegments(copy_task(0, 8, 40, c["period"], 4, c["vocab"]), 8, c["period"])
+    eval_set = StreamSegments(copy_task(1, 8, 6, c["period"], 4, c["vocab"]), 8, c["period"])
+    args = training_args(Path(spec["work"]) / "copy", 8, c["steps"], learning_rate=3e-3, lr_scheduler_type="constant",
+                         max_grad_norm=1.0, num_train_epochs=1)
+    copier = MemoryTrainer(model=face, args=args, train_dataset=train_set, eval_dataset=eval_set)
+    copier.train()
+    with_memory = copier.evaluate()["eval_loss"]
+    plain = Trainer(model=face, args=training_args(Path(spec["work"]) / "plain", 8, 1, label_names=["shift_labels"]),
+                    eval_dataset=eval_set)
+    out["copy"] = {"with_memory": with_memory, "without_memory": plain.evaluate()["eval_loss"],
+                   "again_with_memory": copier.evaluate()["eval_loss"]}
+    # 3. the fine-tuned model's validation loss with and without memory (reported, not asserted)
+    valid = StreamSegments(load_data(finetune_config(spec)).valid, spec["streams"], spec["tgt_len"])
+    trainer.eval_dataset = valid
+    plain_valid = Trainer(model=model, args=training_args(Path(spec["work"]) / "pv", spec["streams"], 1,
+                                                          label_names=["shift_labels"]), eval_dataset=valid)
+    out["valid"] = {"with_memory": trainer.evaluate()["eval_loss"],
+                    "without_memory": plain_valid.evaluate()["eval_loss"]}
+    return out
+
+
+def task_ddp(spec: dict, out_path: Path) -> None:
+    """One rank: MemoryTrainer on the parity run's ids, per-device batch ``streams / W``."""
+    torch.set_num_threads(1)
+    cfg = finetune_config(spec)
+    ids = json.load(open(Path(spec["work"]) / "parity.json"))["ids"]
+    model = TransfoXLLMHeadModel.from_pretrained(spec["init"], tgt_len=spec["tgt_len"], mem_len=spec["mem_len"]).train()
+    data = StreamSegments(ids, spec["streams"], spec["tgt_len"])
+    world = int(os.environ["WORLD_SIZE"])
+    args = training_args(Path(spec["work"]) / "ddp", spec["streams"] // world, spec["ddp_steps"])
+    trainer = Recording(model=model, args=args, train_dataset=data, optimizers=txl_optimizers(model, cfg.train))
+    trainer.train()
+    result = {"rank": args.process_index, "world": args.world_size, "losses": trainer.losses, "seen": trainer.seen,
+              "distributed": str(trainer.accelerator.distributed_type)}
+    Path(f"{out_path}.{args.process_index}").write_text(json.dumps(result))
+
+
+def main(argv) -> None:
+    task, spec_path, out_path = argv
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    if task == "ddp":
+        task_ddp(spec, Path(out_path))
+        return
+    result = {"judge": task_judge, "padding": task_padding, "trainer": task_trainer}[task](spec)
+    Path(out_path).write_text(json.dumps(result), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,317 @@
+"""``transformer_xl.hf`` under transformers 5, judged by transformers 4.35.2 itself.
+
+This process (the main environment, transformers 4.35.2) builds the judge's material: TransfoXL models saved by
+HuggingFace's own ``save_pretrained`` as ``.bin`` and ``.safetensors`` (adaptive softmax with 1 to 3 tail
+clusters, ``div_val`` 2 and 4, ``untie_r`` on and off, ``same_length`` with ``clamp_len``, pre-LN, memory shorter
+than a segment), a huggingface_hub cache offline (``transfo-xl/transfo-xl-wt103`` at toy size, with a ``vocab.pkl``
+that HuggingFace's ``TransfoXLTokenizer`` counted on WikiText-2), and 4.35.2's numbers on them: per-token losses
+and log-probabilities over three segments with the memory carried, greedy and beam-search tokens of ``generate``,
+token ids of its tokenizer, its text-generation pipeline. ``hf5_side.py`` computes the same with transformers 5
+and ``transformer_xl.hf`` in the other environment; the folders it saves are opened here again by 4.35.2 and by
+``TransformerXL.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("huggingface_hub")
+pytest.importorskip("sacremoses")
+pytest.importorskip("transformers")  # 4.35.2: the judge
+
+from data_fixtures import require
+from helpers import randomize_
+from hf5_helpers import REPO, hf5_env, run_hf5, side
+from hf_oracle import BASE, TransfoXLLMHeadModel, TransfoXLTokenizer, hf_model, hf_text, save_hf
+from hf_oracle import hf_tokenizer as count_tokenizer
+from hub_cache import add_folder
+
+from transformer_xl import TransformerXL
+from transformer_xl.errors import MissingExtraError
+from transformer_xl.model import TransformerXLConfig
+
+TOL = 1e-4
+NEW_TOKENS = 40
+REPO_ID = "transfo-xl/transfo-xl-wt103"
+SAVED_ID = "toy-org/transfo-xl-saved-by-4.35"
+WT103_LIKE = dict(d_model=32, d_embed=64, n_head=4, d_head=8, d_inner=64, n_layer=2, div_val=4, mem_len=12,
+                  clamp_len=10, same_length=True, untie_r=True, proj_share_all_but_first=True, tgt_len=8)
+# (name, HuggingFace config changes, segment length); "wt103" gets the WikiText-2 vocabulary and its cutoffs
+CONFIGS = [
+    ("wt103", WT103_LIKE, 8),
+    ("shared-u-v-same-length", dict(cutoffs=[50, 150], div_val=2, untie_r=False, same_length=True, clamp_len=4), 5),
+    ("pre-lnorm-mem-shorter", dict(cutoffs=[30, 80, 200], d_embed=24, proj_share_all_but_first=False,
+                                   pre_lnorm=True, mem_len=3), 8),
+]
+FORMATS = ("bin", "safetensors")
+PROMPT = "The castle was built in"
+TEXTS = [PROMPT, "The game 's 1,000 copies were released in 2011 , and it was well-known in Japan . Zyxwv",
+         "In 1991, the remains of the Tsar\n  were found. <eod> </s> <eos>\n a second line",
+         "Hello <unk> world 3.5 and 2,5"]
+
+
+def judge_numbers(model, ids: torch.Tensor, seg_len: int) -> dict:
+    """transformers 4.35.2's per-token losses and log-probabilities over the segments, the memory carried."""
+    model.crit.keep_order = True  # losses in token order
+    mems, losses, log_probs = None, [], []
+    with torch.no_grad():
+        for s in range(0, ids.size(1), seg_len):
+            x = ids[:, s:s + seg_len]
+            losses.append(model(x, mems=mems, labels=x).losses)
+            out = model(x, mems=mems)
+            log_probs.append(out.prediction_scores)
+            mems = out.mems
+    return {"losses": losses, "log_probs": log_probs}
+
+
+def judge_generate(model, prompts, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kwargs.setdefault("max_new_tokens", NEW_TOKENS)
+        return model.generate(torch.tensor(prompts), pad_token_id=0, **kwargs).tolist()
+
+
+def quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+class Material:
+    """Folders, cache and 4.35.2's numbers."""
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory) -> Material:
+    m = Material()
+    m.root = tmp_path_factory.mktemp("hf5")
+    corpus = m.root / "corpus.txt"
+    corpus.write_text("\n".join(require("wikitext-2/train.txt").read_text(encoding="utf-8").splitlines()[:400]) + "\n",
+                      encoding="utf-8")
+    m.counted, vocab_pkl = count_tokenizer(corpus, m.root)
+    v = len(m.counted.sym2idx)
+    m.folders, m.refs = {}, {}
+    for name, changes, seg_len in CONFIGS:
+        if name == "wt103":
+            changes = dict(changes, vocab_size=v, cutoffs=[v // 12, v // 6, v // 2])
+        hf = hf_model(changes, seed=len(m.folders))
+        n_token = hf.config.vocab_size
+        g = torch.Generator().manual_seed(7)
+        ids = torch.randint(0, n_token, (2, 3 * seg_len), generator=g)
+        prompt = torch.randint(0, n_token, (6,), generator=g).tolist()
+        for fmt in FORMATS:
+            folder = m.root / f"{name}-{fmt}"
+            save_hf(hf, folder, fmt)
+            if name == "wt103":
+                (folder / "vocab.pkl").write_bytes(Path(vocab_pkl).read_bytes())
+            m.folders[f"{name}-{fmt}"] = dict(path=str(folder), seg_len=seg_len, ids=ids.tolist(), prompt=prompt,
+                                              new_tokens=NEW_TOKENS, save_to=str(m.root / "saved" / f"{name}-{fmt}"))
+        judge = quiet(TransfoXLLMHeadModel.from_pretrained, m.root / f"{name}-bin").eval()
+        m.refs[name] = dict(judge_numbers(judge, ids, seg_len), greedy=judge_generate(judge, [prompt], do_sample=False),
+                            beam=judge_generate(judge, [prompt], num_beams=4),
+                            beam_batch=judge_generate(judge, [prompt, prompt[::-1]], num_beams=3))
+    # the hub: transfo-xl/transfo-xl-wt103 as HuggingFace wrote it, and a repository its save_pretrained wrote
+    m.cache = m.root / "hf-cache"
+    wt103 = m.root / "wt103-hub"
+    wt103.mkdir()
+    for fmt in FORMATS:
+        for f in Path(m.folders[f"wt103-{fmt}"]["path"]).iterdir():
+            (wt103 / f.name).write_bytes(f.read_bytes())
+    add_folder(m.cache, REPO_ID, wt103)
+    m.judge = quiet(TransfoXLLMHeadModel.from_pretrained, wt103).eval()
+    m.tok = quiet(TransfoXLTokenizer.from_pretrained, wt103)
+    saved = m.root / "saved-by-4.35"
+    quiet(m.judge.save_pretrained, saved)
+    quiet(m.tok.save_pretrained, saved)
+    add_folder(m.cache, SAVED_ID, saved)
+    m.saved_files = sorted(p.name for p in saved.iterdir())
+    # 4.35.2's text-generation pipeline fails on TransfoXL (its attention mask is None); what it would have
+    # generated is its generate on its input: the XL prompt prefix and the prompt, tokenized by its tokenizer
+    from transformers import TextGenerationPipeline
+
+    prefixed = quiet(m.tok, TextGenerationPipeline.XL_PREFIX + PROMPT, add_special_tokens=False)["input_ids"]
+    m.pipeline_ids = judge_generate(m.judge, [prefixed], do_sample=False, max_new_tokens=20)[0]
+    m.decode = [m.tok(t)["input_ids"] for t in TEXTS[:2]]
+    spec = {"folders": [dict(f, name=k) for k, f in m.folders.items()],
+            "hub": {"repo": REPO_ID, "texts": TEXTS, "decode": m.decode, "prompt": PROMPT, "new_tokens": 20,
+                    "save_to": str(m.root / "saved-tokenizer")}}
+    m.hf5_spec = spec
+    return m
+
+
+@pytest.fixture(scope="module")
+def judged(material, hf5) -> dict:
+    """What transformers 5 with transformer_xl.hf computed on the material (one process for all of it)."""
+    return side(hf5, "judge", material.hf5_spec, material.root / "work", HF_HUB_CACHE=str(material.cache))
+
+
+def worst(a, b) -> float:
+    return max(float((torch.as_tensor(x) - torch.as_tensor(y)).abs().max()) for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------------------- without transformers 5
+def test_without_transformers_5_the_import_is_one_line():
+    sys.modules.pop("transformer_xl.hf", None)
+    with pytest.raises(MissingExtraError) as err:
+        importlib.import_module("transformer_xl.hf")
+    msg = str(err.value)
+    assert "\n" not in msg and "transformers >= 5" in msg and 'pip install "transformer-xl[transformers]"' in msg
+
+
+# ---------------------------------------------------------------------------- numbers
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
+def test_losses_over_segments_with_memory_are_435s(material, judged, name, fmt):
+    got, ref = judged["folders"][f"{name}-{fmt}"], material.refs[name]
+    assert got["class"] == "TransfoXLLMHeadModel" and got["training"] is False
+    assert worst(got["losses"], ref["losses"]) < TOL
+    assert worst(got["log_probs"], ref["log_probs"]) < TOL
+    mem_len = {c[0]: c[1] for c in CONFIGS}[name].get("mem_len", BASE["mem_len"])
+    assert got["mem_shape"] == [mem_len, 2, 32]  # [M, B, d_model], as 4.35.2
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
+def test_greedy_and_beam_tokens_are_435s(material, judged, name, fmt):
+    got, ref = judged["folders"][f"{name}-{fmt}"], material.refs[name]
+    assert got["greedy"] == ref["greedy"][0]
+    assert got["beam"] == ref["beam"][0]
+    assert got["beam_batch"] == ref["beam_batch"]
+    assert len(ref["greedy"][0]) == 6 + NEW_TOKENS  # 40 tokens: enough for the memory to slide
+
+
+def test_the_backbone_gives_the_language_models_hidden_states(judged):
+    for got in judged["folders"].values():
+        assert got["backbone"]["class"] == "TransfoXLModel" and got["backbone"]["difference"] < 1e-6
+
+
+# ---------------------------------------------------------------------------- saving
+@pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
+def test_a_saved_folder_opens_in_435_here_and_in_5(material, judged, name):
+    got = judged["folders"][f"{name}-safetensors"]
+    folder = Path(material.folders[f"{name}-safetensors"]["save_to"])
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "transfo-xl" and config["architectures"] == ["TransfoXLLMHeadModel"]
+    assert got["reopened"] is True  # transformers 5 (AutoModelForCausalLM) reopens it to the same losses
+    ids = torch.tensor(material.folders[f"{name}-safetensors"]["ids"])
+    seg_len = material.folders[f"{name}-safetensors"]["seg_len"]
+    old, info = quiet(TransfoXLLMHeadModel.from_pretrained, folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    again = judge_numbers(old.eval(), ids, seg_len)
+    assert worst(again["log_probs"], material.refs[name]["log_probs"]) == 0.0
+    ours = TransformerXL.from_pretrained(folder)
+    with torch.no_grad():
+        x = ids[:, :seg_len]
+        lp = ours(x, return_log_probs=True).log_probs
+    assert float((lp - material.refs[name]["log_probs"][0]).abs().max()) < TOL
+    # what Trainer does to resume: load_state_dict of the saved file into a live model
+    reload = got["state_dict_reload"]
+    assert reload == {"missing": [], "unexpected": [], "same": True}
+
+
+# ---------------------------------------------------------------------------- the hub and the tokenizer
+def test_the_tokenizer_by_hub_id_gives_435s_ids(material, judged):
+    hub = judged["hub"]
+    assert hub["tokenizer_class"] == "TransfoXLTokenizer"
+    assert hub["ids"] == [quiet(material.tok, t)["input_ids"] for t in TEXTS]
+    assert hub["tokens"] == [quiet(material.tok.tokenize, t) for t in TEXTS]
+    assert hub["eos"] == ["<eos>", material.tok.sym2idx["<eos>"]]
+    assert hub["unk"] == ["<unk>", material.tok.unk_idx] and hub["size"] == len(material.tok.sym2idx)
+    for ids, text in zip(material.decode, hub["decoded"]):
+        syms = [material.tok.idx2sym[i] if material.tok.idx2sym else material.counted.idx2sym[i] for i in ids]
+        assert text == hf_text(material.counted, syms)
+    assert hub["resaved"] == hub["ids"]  # saved as vocab.json (no pickle) and opened by AutoTokenizer
+    assert "vocab.json" in hub["resaved_files"] and not any(f.endswith(".pkl") for f in hub["resaved_files"])
+
+
+def test_generate_continues_from_a_memory_it_is_given(judged):
+    given, by_hand = judged["hub"]["continued"]
+    assert given == by_hand and len(given) == 8
+
+
+def test_the_pipeline_generates_435s_tokens(material, judged):
+    hub = judged["hub"]
+    assert hub["pipeline_ids"] == material.pipeline_ids  # XL prompt prefix included, as 4.35.2's pipeline
+    assert hub["pipeline_text"].startswith(PROMPT) and len(hub["pipeline_text"]) > len(PROMPT) + 20
+
+
+# ---------------------------------------------------------------------------- padding
+def test_padding_is_hidden_and_a_padded_row_generates_as_alone(material, hf5, tmp_path):
+    """A left-padded batch (attention_mask) through generate: whatever the padding ids, the same tokens; for a
+    model whose fresh start has no memory (this package's runs) each row as it would alone, prompts longer than
+    the memory included. For HuggingFace's models (a fresh start attends to mem_len zero states) the padded row's
+    zero states are replaced by hidden padding: reported, not asserted (docs/TRANSFORMERS.md)."""
+    ours = TransformerXL(TransformerXLConfig(n_token=60, n_layer=2, n_head=2, d_model=32, d_head=16, d_inner=64,
+                                             tgt_len=8, mem_len=6, dropout=0.0))
+    randomize_(ours, 0)
+    ours.save_pretrained(tmp_path / "ours")
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randint(1, 60, (n,), generator=g).tolist() for n in (11, 4, 8)]
+    got = side(hf5, "padding", {"path": str(tmp_path / "ours"), "rows": rows, "new_tokens": 10}, tmp_path / "w")
+    assert got["batch_pad0"] == got["batch_pad7"] == got["alone"]
+    hf_rows = [r[:5] for r in rows]
+    folder = material.folders["shared-u-v-same-length-bin"]["path"]
+    theirs = side(hf5, "padding", {"path": folder, "rows": hf_rows, "new_tokens": 10}, tmp_path / "w2")
+    assert theirs["batch_pad0"] == theirs["batch_pad7"]
+    assert theirs["batch_pad0"][0] == theirs["alone"][0]  # the longest row has no padding
+
+
+# ---------------------------------------------------------------------------- as a user writes it
+def test_the_lines_a_user_writes_run_as_written(material, hf5, tmp_path):
+    """The block of the task this package's face answers, with ``ids`` and ``mems`` made first; and the repository
+    that transformers 4.35.2's save_pretrained wrote (tokenizer_config.json naming TransfoXLTokenizer)."""
+    code = f"""
+import torch
+import transformer_xl.hf  # registers AutoConfig, AutoModelForCausalLM, AutoModel and AutoTokenizer for "transfo-xl"
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+model = AutoModelForCausalLM.from_pretrained("{REPO_ID}")   # or any folder HF 4.x wrote
+tok = AutoTokenizer.from_pretrained("{REPO_ID}")            # the vocab.pkl read without unpickling
+ids = tok("The castle was built in the year", return_tensors="pt")["input_ids"]
+mems = model(input_ids=ids).mems
+out = model(input_ids=ids, labels=ids, mems=mems)  # 4.35.2's fields: losses (per token), loss, logits, mems
+assert out.losses.shape == (1, ids.size(1) - 1) and out.loss.ndim == 0 and len(out.mems) == 2
+model.generate(ids, max_new_tokens=40, do_sample=False)                  # memory carried between steps
+model.generate(ids, max_new_tokens=40, num_beams=4)                      # beams reorder the memory
+print(pipeline("text-generation", model=model, tokenizer=tok)("The castle was built in", max_new_tokens=20))
+from transformers import AutoModel
+assert type(AutoModel.from_pretrained("{SAVED_ID}")).__name__ == "TransfoXLModel"
+assert type(AutoTokenizer.from_pretrained("{SAVED_ID}")).__name__ == "TransfoXLTokenizer"
+"""
+    assert "tokenizer_config.json" in material.saved_files and "vocab.pkl" in material.saved_files
+    script = tmp_path / "user.py"
+    script.write_text(code, encoding="utf-8")
+    done = run_hf5(hf5, [str(script)], tmp_path, hf5_env(HF_HUB_CACHE=str(material.cache)))
+    assert "generated_text" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_the_documented_blocks_run_as_written(material, hf5, tmp_path):
+    """Every Python block of docs/TRANSFORMERS.md, in the transformers-5 environment, offline, in a folder holding
+    the text files they read."""
+    page = (REPO / "docs" / "TRANSFORMERS.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```\n", page, re.S | re.M)
+    assert len(blocks) >= 2
+    lines = require("wikitext-2/train.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:300]) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(lines[300:400]) + "\n", encoding="utf-8")
+    env = hf5_env(HF_HUB_CACHE=str(material.cache))
+    for i, code in enumerate(blocks):
+        if "accelerate launch" in code or "sys.argv" in code:
+            continue
+        script = tmp_path / f"block{i}.py"
+        script.write_text(code, encoding="utf-8")
+        run_hf5(hf5, [str(script)], tmp_path, env)
+
+
+def test_the_environment_is_transformers_5(hf5):
+    done = run_hf5(hf5, ["-c", "import transformers, transformer_xl.hf; print(transformers.__version__)"],
+                   REPO, hf5_env())
+    assert int(done.stdout.strip().split(".")[0]) >= 5
