@@ -1,0 +1,345 @@
+"""Stable-Baselines3's face of the agent that remembers: :class:`TransformerXLPPO`, an SB3 algorithm.
+
+With the ``sb3`` extra (stable-baselines3, gymnasium, popgym)::
+
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from transformer_xl.sb3 import TransformerXLPPO
+
+    env = make_vec_env("popgym-RepeatPreviousEasy-v0", n_envs=16, seed=0)
+    model = TransformerXLPPO("MlpPolicy", env, seed=0)   # GTrXL; policy_kwargs: mem_len, gating, d_model, ...
+    model.learn(total_timesteps=300_000)
+    mean, std = evaluate_policy(model, make_vec_env("popgym-RepeatPreviousEasy-v0", n_envs=1), n_eval_episodes=100)
+
+It is an ``OnPolicyAlgorithm`` in SB3's own terms (VecEnvs and their wrappers, callbacks, the logger and
+TensorBoard, the progress bar, ``set_env``, ``learn(reset_num_timesteps=False)``, ``save``/``load`` through SB3's
+zip), and it is ``txl rl`` underneath, not a second copy: the policy is SB3's features extractor (``MlpPolicy``:
+flattened, one-hot for discrete parts; ``MultiInputPolicy``: a Dict space's parts side by side) in front of a
+:class:`~transformer_xl.rl.agent.MemoryAgent`; collection and the update are :mod:`transformer_xl.rl.ppo`'s
+(the memory stepped through the decoding cache, windows replayed from the memory at their first step, episode
+starts as the backbone's boundaries, time limits bootstrapped as SB3's PPO does). ``predict(obs, state,
+episode_start, deterministic)`` follows ``RecurrentPPO``'s protocol, so ``evaluate_policy``, ``EvalCallback``
+and the RL Zoo's ``enjoy`` carry the memory: ``state`` is a tuple of numpy arrays, environments first.
+
+Importing this module registers POPGym's environments with Gymnasium when popgym is installed.
+
+SB3's zip files hold pickled Python objects (its own format, spaces and schedules among them): load only files you
+trust. ``MemoryAgent.save_pretrained`` (safetensors and JSON) holds no pickle.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, Optional, Tuple, Type, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .errors import ConfigError, MissingExtraError
+from .rl import ppo
+from .rl.agent import AgentConfig, MemoryAgent, State
+
+try:  # the sb3 extra
+    from gymnasium import spaces
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+    from stable_baselines3.common.policies import BasePolicy
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, FlattenExtractor
+    from stable_baselines3.common.type_aliases import Schedule
+    from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance, obs_as_tensor
+except ImportError as _missing:  # one line naming the extra
+    raise MissingExtraError(f'transformer_xl.sb3 needs stable-baselines3 (>= 2.4): pip install '
+                            f'"transformer-xl[sb3]" ({_missing})') from None
+
+try:  # POPGym's ids, so that make_vec_env("popgym-...") finds them as txl rl does
+    importlib.import_module("popgym")
+except ImportError:
+    pass
+
+SB3_EXTRA = "sb3"
+
+
+# ---------------------------------------------------------------------------- the policy
+class TransformerXLPolicy(BasePolicy):
+    """SB3's features extractor, then the memory agent (its core, GTrXL by default, and its policy and value
+    heads). ``mem_len`` ... ``gate_bias``: :class:`~transformer_xl.rl.agent.AgentConfig`'s fields."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule,
+                 mem_len: int = 64, gating: str = "gru", core: str = "trxl", d_model: int = 64, n_layer: int = 2,
+                 n_head: int = 4, d_head: int = 16, d_inner: int = 128, window: int = 16, gate_bias: float = 2.0,
+                 features_extractor_class: Type[BaseFeaturesExtractor] = FlattenExtractor,
+                 features_extractor_kwargs: Optional[Dict[str, Any]] = None, normalize_images: bool = True,
+                 optimizer_class: Type[torch.optim.Optimizer] = torch.optim.Adam,
+                 optimizer_kwargs: Optional[Dict[str, Any]] = None):
+        super().__init__(observation_space, action_space, features_extractor_class, features_extractor_kwargs,
+                         normalize_images=normalize_images, optimizer_class=optimizer_class,
+                         optimizer_kwargs={"eps": 1e-5} if optimizer_kwargs is None else optimizer_kwargs)
+        self.agent_kwargs = dict(mem_len=mem_len, gating=gating, core=core, d_model=d_model, n_layer=n_layer,
+                                 n_head=n_head, d_head=d_head, d_inner=d_inner, window=window, gate_bias=gate_bias)
+        self.features_extractor = self.make_features_extractor()
+        n_actions, dims = _action_shape(action_space)
+        self.agent = MemoryAgent(AgentConfig(obs_dim=self.features_extractor.features_dim, n_actions=n_actions,
+                                             action_dims=dims, **self.agent_kwargs))
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> Dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(self.agent_kwargs, features_extractor_class=self.features_extractor_class,
+                    features_extractor_kwargs=self.features_extractor_kwargs, optimizer_class=self.optimizer_class,
+                    optimizer_kwargs=self.optimizer_kwargs)
+        return data
+
+    @property
+    def window(self) -> int:
+        return self.agent.config.window
+
+    # -- what transformer_xl.rl.ppo's collector and update call (observations as SB3's obs_as_tensor gives them)
+    def features(self, obs) -> Tensor:
+        """Observations ``[N, ...]`` (a Dict space's: a dict of them) -> the agent's input ``[N, F]``."""
+        return self.extract_features(obs, self.features_extractor)
+
+    def initial_state(self, n: int) -> State:
+        return self.agent.initial_state(n)
+
+    def distribution(self, logits: Tensor):
+        return self.agent.distribution(logits)
+
+    def stepper(self, n: int) -> "PolicyStepper":
+        return PolicyStepper(self, n)
+
+    def step(self, obs, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
+        return self.agent.step(self.features(obs), starts, state)
+
+    def replay(self, obs, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
+        """Windows of raw observations ``[N, T, ...]`` -> ``(logits [N, T, A], value [N, T], state)``."""
+        n, t = starts.shape
+        flat = {k: v.flatten(0, 1) for k, v in obs.items()} if isinstance(obs, dict) else obs.flatten(0, 1)
+        return self.agent.replay(self.features(flat).view(n, t, -1), starts, state)
+
+    # -- SB3's protocol
+    def _predict(self, observation, deterministic: bool = False) -> Tensor:
+        """One step from a fresh memory (SB3's stateless entry; :meth:`predict` carries the memory)."""
+        n = next(iter(observation.values())).shape[0] if isinstance(observation, dict) else observation.shape[0]
+        logits, _, _ = self.step(observation, torch.ones(n, dtype=torch.bool, device=self.device),
+                                 self.initial_state(n))
+        dist = self.distribution(logits)
+        return dist.mode() if deterministic else dist.sample()
+
+    def predict(self, observation, state: Optional[Tuple[np.ndarray, ...]] = None,
+                episode_start: Optional[np.ndarray] = None, deterministic: bool = False
+                ) -> Tuple[np.ndarray, Tuple[np.ndarray, ...]]:
+        """Actions for observations of ``E`` environments (or one), with the memory carried in ``state``: what the
+        previous call returned, or None for a fresh one. ``episode_start [E]``: True where an episode begins with
+        this observation (its memory is forgotten). Returns ``(actions, state)``."""
+        self.set_training_mode(False)
+        obs, vectorized = self.obs_to_tensor(observation)
+        n = next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
+        if episode_start is None:
+            starts = torch.full((n,), state is None, dtype=torch.bool)
+        else:
+            starts = torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(n))
+        memory = self.initial_state(n) if state is None else tuple(torch.as_tensor(s, device=self.device)
+                                                                   for s in state)
+        with torch.no_grad():
+            logits, _, memory = self.step(obs, starts.to(self.device), memory)
+            dist = self.distribution(logits)
+            actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
+        actions = actions.reshape((-1, *self.action_space.shape))
+        if not vectorized:
+            actions = actions.squeeze(axis=0)
+        return actions, tuple(s.cpu().numpy() for s in memory)
+
+
+class MultiInputTransformerXLPolicy(TransformerXLPolicy):
+    """For Dict observation spaces: each part flattened (images through SB3's NatureCNN), side by side."""
+
+    def __init__(self, observation_space: spaces.Dict, action_space: spaces.Space, lr_schedule: Schedule,
+                 features_extractor_class: Type[BaseFeaturesExtractor] = CombinedExtractor, **kwargs):
+        super().__init__(observation_space, action_space, lr_schedule,
+                         features_extractor_class=features_extractor_class, **kwargs)
+
+
+class PolicyStepper:
+    """The agent's stepper (the decoding cache) behind the policy's features extractor."""
+
+    def __init__(self, policy: TransformerXLPolicy, n: int):
+        self.policy, self.inner = policy, policy.agent.stepper(n)
+
+    @property
+    def state(self) -> State:
+        return self.inner.state
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def step(self, obs, starts: Tensor) -> Tuple[Tensor, Tensor]:
+        return self.inner.step(self.policy.features(obs), starts)
+
+
+def _action_shape(space: spaces.Space) -> Tuple[int, Optional[list]]:
+    if isinstance(space, spaces.Discrete) and int(space.start) == 0:
+        return int(space.n), None
+    if isinstance(space, spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
+        dims = [int(n) for n in space.nvec]
+        return sum(dims), dims
+    raise ConfigError(f"TransformerXLPPO: actions {space} are not supported; Discrete(n) or MultiDiscrete of one "
+                      f"dimension")
+
+
+# ---------------------------------------------------------------------------- the environments
+class VecEnvSteps:
+    """An SB3 ``VecEnv`` as :class:`transformer_xl.rl.ppo.Collector` steps it: SB3's vector environments reset an
+    episode's environment in the step that ends it (``infos[i]["terminal_observation"]`` holds its last
+    observation), as Gymnasium's same-step autoreset does; a time limit is ``infos[i]["TimeLimit.truncated"]``."""
+
+    def __init__(self, venv):
+        self.venv, self.num_envs = venv, venv.num_envs
+
+    def step(self, actions: np.ndarray) -> ppo.Stepped:
+        obs, rewards, dones, infos = self.venv.step(actions)
+        finals = {i: info["terminal_observation"] for i, info in enumerate(infos)
+                  if dones[i] and info.get("TimeLimit.truncated", False) and "terminal_observation" in info}
+        return ppo.Stepped(obs, np.asarray(rewards, dtype=np.float64), np.asarray(dones, dtype=bool), finals, infos)
+
+
+class WindowRollouts:
+    """What SB3 calls the rollout buffer: the last iteration's :class:`~transformer_xl.rl.ppo.Batch` (observations,
+    starts, actions, log-probabilities, values, rewards, the memory at each window's first step, advantages)."""
+
+    def __init__(self):
+        self.batch: Optional[ppo.Batch] = None
+
+    def reset(self) -> None:
+        self.batch = None
+
+
+# ---------------------------------------------------------------------------- the algorithm
+class TransformerXLPPO(OnPolicyAlgorithm):
+    """PPO with a Transformer-XL memory (GTrXL by default), in SB3's terms (module docstring).
+
+    Args (SB3's PPO's, where they exist):
+        policy: ``"MlpPolicy"``, ``"MultiInputPolicy"`` (Dict observations) or a policy class.
+        env: a Gymnasium id or any SB3 ``VecEnv`` (Discrete or MultiDiscrete actions).
+        learning_rate: a float or a schedule; the default falls linearly from 5e-4 to 0, as ``txl rl``'s.
+        n_steps: steps per environment per iteration; a multiple of the policy's ``window``.
+        batch_size: samples per minibatch, in whole windows (``n_envs * n_steps`` a multiple of it).
+        n_epochs, gamma, gae_lambda, clip_range, ent_coef, vf_coef, max_grad_norm: as SB3's PPO.
+        policy_kwargs: the agent's shape (``mem_len=64, gating="gru", core="trxl", d_model=64, n_layer=2,
+            window=16``...), and SB3's ``features_extractor_class``, ``optimizer_kwargs``.
+    """
+
+    policy_aliases = {"MlpPolicy": TransformerXLPolicy, "MultiInputPolicy": MultiInputTransformerXLPolicy}
+
+    def __init__(self, policy: Union[str, Type[TransformerXLPolicy]], env, learning_rate: Union[float, Schedule]
+                 = LinearSchedule(5e-4, 0.0, 1.0), n_steps: int = 128, batch_size: int = 256, n_epochs: int = 4,
+                 gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: Union[float, Schedule] = 0.2,
+                 ent_coef: float = 0.01, vf_coef: float = 0.5, max_grad_norm: float = 0.5,
+                 stats_window_size: int = 100, tensorboard_log: Optional[str] = None,
+                 policy_kwargs: Optional[Dict[str, Any]] = None, verbose: int = 0, seed: Optional[int] = None,
+                 device: Union[torch.device, str] = "cpu", _init_setup_model: bool = True):
+        super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, gamma=gamma,
+                         gae_lambda=gae_lambda, ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
+                         use_sde=False, sde_sample_freq=-1, stats_window_size=stats_window_size,
+                         tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,
+                         device=device, _init_setup_model=False,
+                         supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete))
+        self.batch_size, self.n_epochs, self.clip_range = batch_size, n_epochs, clip_range
+        self._collector: Optional[ppo.Collector] = None
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
+                                        **self.policy_kwargs).to(self.device)
+        self.clip_range = FloatSchedule(self.clip_range)
+        self.rollout_buffer = WindowRollouts()
+        self._collector = None
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        window = self.policy.window
+        if self.n_steps % window:
+            raise ConfigError(f"n_steps: must be a multiple of the policy's window ({window}), got {self.n_steps}")
+        samples = self.n_envs * self.n_steps
+        if self.batch_size % window or samples % self.batch_size:
+            raise ConfigError(f"batch_size: must be whole windows of {window} that divide n_envs * n_steps "
+                              f"({samples}), got {self.batch_size}")
+
+    def _excluded_save_params(self) -> list:
+        return [*super()._excluded_save_params(), "_collector"]
+
+    def _collector_for(self, env) -> ppo.Collector:
+        """The collector of ``env``, kept between iterations and calls of ``learn`` (each environment's memory
+        goes on), made anew when SB3 reset the environments (``learn`` with ``reset_num_timesteps``, ``set_env``)."""
+        c = self._collector
+        if c is None or c.envs.venv is not env or self._last_obs is not c.raw_obs:
+            c = ppo.Collector(VecEnvSteps(env), lambda raw: obs_as_tensor(raw, self.device), self.policy,
+                              self._last_obs, self.gamma)
+            c.starts = torch.as_tensor(np.asarray(self._last_episode_starts, dtype=bool))
+            self._collector = c
+        return c
+
+    def collect_rollouts(self, env, callback, rollout_buffer: WindowRollouts, n_rollout_steps: int) -> bool:
+        """``n_rollout_steps`` steps of every environment (:meth:`transformer_xl.rl.ppo.Collector.collect`), with
+        SB3's per-step hooks: the step counter, the callbacks (which may stop training) and the episode
+        statistics of ``Monitor``; then the advantages."""
+        self.policy.set_training_mode(False)
+        collector = self._collector_for(env)
+        rollout_buffer.reset()
+        callback.on_rollout_start()
+
+        def on_step(stepped: ppo.Stepped) -> bool:
+            self.num_timesteps += env.num_envs
+            callback.update_locals({"infos": stepped.infos, "dones": stepped.done, "rewards": stepped.reward,
+                                    "new_obs": stepped.obs, "env": env, "self": self})
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(stepped.infos, stepped.done)
+            return True
+
+        batch = collector.collect(n_rollout_steps, self.policy.window, on_step)
+        self._last_obs, self._last_episode_starts = collector.raw_obs, collector.starts.numpy()
+        if batch is None:
+            return False
+        ppo.advantages(batch, self.gamma, self.gae_lambda)
+        rollout_buffer.batch = batch
+        callback.update_locals({"rollout_buffer": rollout_buffer})
+        callback.on_rollout_end()
+        return True
+
+    def train(self) -> None:
+        """``n_epochs`` passes over minibatches of windows (:func:`transformer_xl.rl.ppo.update`), logged as SB3's
+        PPO logs them."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip = float(self.clip_range(self._current_progress_remaining))
+        batch = self.rollout_buffer.batch
+        samples = batch.starts.numel()
+        cfg = ppo.PPOConfig(envs=self.n_envs, rollout=self.n_steps, epochs=self.n_epochs,
+                            minibatches=samples // self.batch_size, clip=clip, ent_coef=self.ent_coef,
+                            vf_coef=self.vf_coef, max_grad_norm=self.max_grad_norm, gamma=self.gamma,
+                            gae_lambda=self.gae_lambda)
+        gen = torch.Generator().manual_seed(int(self.seed or 0) * 100_003 + self._n_updates)
+        stats = ppo.update(self.policy, self.policy.optimizer, batch, cfg, self.policy.window, gen)
+        self._n_updates += self.n_epochs
+        self.logger.record("train/policy_gradient_loss", stats["policy_loss"])
+        self.logger.record("train/value_loss", stats["value_loss"])
+        self.logger.record("train/entropy_loss", -stats["entropy"])
+        self.logger.record("train/approx_kl", stats["approx_kl"])
+        self.logger.record("train/clip_fraction", stats["clipfrac"])
+        self.logger.record("train/grad_norm", stats["grad_norm"])
+        self.logger.record("train/explained_variance",
+                           explained_variance(batch.values.flatten().numpy(), batch.returns.flatten().numpy()))
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip)
+
+    def learn(self, total_timesteps: int, callback=None, log_interval: int = 1,
+              tb_log_name: str = "TransformerXLPPO", reset_num_timesteps: bool = True, progress_bar: bool = False):
+        return super().learn(total_timesteps=total_timesteps, callback=callback, log_interval=log_interval,
+                             tb_log_name=tb_log_name, reset_num_timesteps=reset_num_timesteps,
+                             progress_bar=progress_bar)
+
+
+__all__ = ["MultiInputTransformerXLPolicy", "TransformerXLPPO", "TransformerXLPolicy"]

@@ -1,0 +1,230 @@
+"""``TransformerXLPPO``, Stable-Baselines3's face of the agent, tested in the style of sb3-contrib's
+``tests/test_run.py`` and ``tests/test_save_load.py``, with SB3's own machinery as the judge (``evaluate_policy``,
+``VecEnv`` wrappers, callbacks, the zip format).
+
+* It learns briefly on Discrete, Box, Dict and MultiDiscrete-action environments, in ``DummyVecEnv`` and
+  ``SubprocVecEnv``, under ``VecNormalize`` and ``VecMonitor``, with a ``CheckpointCallback``, TensorBoard and the
+  progress bar; ``set_env`` and ``learn(reset_num_timesteps=False)`` go on.
+* One memory: before the first gradient step the update's log-probabilities and values equal the rollout's
+  (1e-5), on the same windows ``txl rl`` replays.
+* Save and load: equal actions with equal states carried; ``episode_start`` forgets the memory.
+* It remembers: on a cue task that needs memory it learns what the memoryless agent cannot.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
+                                reason="TransformerXLPPO needs the sb3 extra (stable-baselines3)")
+
+if importlib.util.find_spec("stable_baselines3") is not None:
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import CheckpointCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
+
+    from transformer_xl.rl import ppo
+    from transformer_xl.sb3 import TransformerXLPPO
+
+SMALL = dict(d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32, mem_len=8, window=4)
+FAST = dict(n_steps=16, batch_size=32, n_epochs=2, policy_kwargs=SMALL, seed=0)
+
+
+class Cue(gym.Env if importlib.util.find_spec("gymnasium") else object):
+    """Remember the cue of the first step until the last (scored +1/-1 there; 0 elsewhere). ``kind`` is the
+    observation space: ``discrete``, ``box`` (one-hot floats) or ``dict`` (the cue and the step's phase)."""
+
+    def __init__(self, kind: str = "discrete", delay: int = 3, time_limit: int = 0):
+        self.kind, self.delay, self.time_limit = kind, delay, time_limit
+        if kind == "discrete":
+            self.observation_space = gym.spaces.Discrete(3)
+        elif kind == "box":
+            self.observation_space = gym.spaces.Box(0.0, 1.0, (3,), dtype=np.float32)
+        else:
+            self.observation_space = gym.spaces.Dict({"cue": gym.spaces.Discrete(3),
+                                                      "phase": gym.spaces.Box(0.0, 1.0, (1,), dtype=np.float32)})
+        self.action_space = gym.spaces.Discrete(2)
+        self.t, self.cue = 0, 0
+
+    def _obs(self, symbol: int):
+        if self.kind == "discrete":
+            return symbol
+        one_hot = np.eye(3, dtype=np.float32)[symbol]
+        if self.kind == "box":
+            return one_hot
+        return {"cue": symbol, "phase": np.array([self.t / (self.delay + 1)], dtype=np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.cue = 0, int(self.np_random.integers(2))
+        return self._obs(self.cue), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t <= self.delay:
+            truncated = bool(self.time_limit and self.t >= self.time_limit)
+            return self._obs(2), 0.0, False, truncated, {}
+        return self._obs(2), (1.0 if int(action) == self.cue else -1.0), True, False, {}
+
+
+class Grid(gym.Env if importlib.util.find_spec("gymnasium") else object):
+    """MultiDiscrete actions: name the two digits of the first observation at the last step."""
+
+    observation_space = gym.spaces.Discrete(10) if importlib.util.find_spec("gymnasium") else None
+    action_space = gym.spaces.MultiDiscrete([3, 3]) if importlib.util.find_spec("gymnasium") else None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.cue = 0, self.np_random.integers(3, size=2)
+        return int(self.cue[0] * 3 + self.cue[1]), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t < 3:
+            return 9, 0.0, False, False, {}
+        return 9, float(np.sum(np.asarray(action) == self.cue)) - 1.0, True, False, {}
+
+
+def venv(kind="discrete", n=4, cls=None, **kw):
+    return make_vec_env(lambda: Cue(kind, **kw), n_envs=n, seed=0, vec_env_cls=cls or DummyVecEnv)
+
+
+@pytest.mark.parametrize("kind,policy", [("discrete", "MlpPolicy"), ("box", "MlpPolicy"), ("dict", "MultiInputPolicy")])
+def test_learns_briefly_on_each_observation_space(kind, policy):
+    model = TransformerXLPPO(policy, venv(kind), **FAST).learn(total_timesteps=256)
+    assert model.num_timesteps == 256
+    mean, _ = evaluate_policy(model, venv(kind, n=1), n_eval_episodes=4)
+    assert -1.0 <= mean <= 1.0
+
+
+def test_multidiscrete_actions():
+    env = make_vec_env(Grid, n_envs=4, seed=0)
+    model = TransformerXLPPO("MlpPolicy", env, **FAST).learn(total_timesteps=256)
+    action, state = model.predict(env.reset(), deterministic=True)
+    assert action.shape == (4, 2) and state[0].shape[0] == 4
+
+
+def test_subprocess_environments_normalised_and_monitored(tmp_path):
+    env = VecNormalize(VecMonitor(SubprocVecEnv([lambda: Cue("box") for _ in range(2)])))
+    try:
+        checkpoints = CheckpointCallback(save_freq=16, save_path=str(tmp_path / "ckpt"), name_prefix="txl")
+        model = TransformerXLPPO("MlpPolicy", env, tensorboard_log=str(tmp_path / "tb"), **FAST)
+        model.learn(total_timesteps=128, callback=checkpoints, progress_bar=True)
+    finally:
+        env.close()
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir())  # SB3 zips written by the callback
+    assert any((tmp_path / "tb").rglob("events.out.tfevents*"))
+    TransformerXLPPO.load(next((tmp_path / "ckpt").iterdir()))
+
+
+def test_set_env_and_learn_again_goes_on():
+    model = TransformerXLPPO("MlpPolicy", venv(), **FAST).learn(total_timesteps=128)
+    model.learn(total_timesteps=128, reset_num_timesteps=False)
+    assert model.num_timesteps == 256
+    model.set_env(venv(n=4))
+    model.learn(total_timesteps=128, reset_num_timesteps=False)
+    assert model.num_timesteps == 384
+
+
+def test_the_update_replays_what_collection_computed():
+    """Before the first gradient step, the windows replayed from the memory at their first step give the rollout's
+    log-probabilities and values, on SB3's vector environments (episodes begin inside the windows)."""
+    model = TransformerXLPPO("MlpPolicy", venv(n=3), n_steps=24, batch_size=24, policy_kwargs=SMALL, seed=1)
+    with torch.no_grad():
+        for p in model.policy.agent.parameters():  # far from the near-uniform first policy
+            p.normal_(0.0, 0.3)
+    model._setup_learn(total_timesteps=72, callback=None)
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Nothing(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+    callback = Nothing()
+    callback.init_callback(model)
+    for _ in range(2):  # the second iteration starts with memories mid-episode
+        assert model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+        batch = model.rollout_buffer.batch
+        window = model.policy.window
+        rows = torch.arange(batch.steps // window * batch.starts.size(1))
+        with torch.no_grad():
+            log_probs, values, _ = ppo.replay(model.policy, batch, rows, window)
+        torch.testing.assert_close(log_probs, ppo.windows(batch.log_probs, window), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, ppo.windows(batch.values, window), rtol=1e-5, atol=1e-5)
+    assert batch.starts[1:].any()
+
+
+def test_save_and_load_act_identically_with_the_state_carried(tmp_path):
+    env = venv(n=2)
+    model = TransformerXLPPO("MlpPolicy", env, **FAST).learn(total_timesteps=128)
+    model.save(tmp_path / "agent.zip")
+    loaded = TransformerXLPPO.load(tmp_path / "agent.zip", env=env)
+    obs, starts = env.reset(), np.ones(2, dtype=bool)
+    state_a = state_b = None
+    for _ in range(12):
+        a, state_a = model.predict(obs, state_a, starts, deterministic=True)
+        b, state_b = loaded.predict(obs, state_b, starts, deterministic=True)
+        assert np.array_equal(a, b)
+        for x, y in zip(state_a, state_b):
+            assert np.array_equal(x, y)
+        obs, _, dones, _ = env.step(a)
+        starts = dones
+
+
+def test_episode_start_forgets_the_memory():
+    model = TransformerXLPPO("MlpPolicy", venv(n=1), **{**FAST, "batch_size": 16})
+    policy = model.policy
+    with torch.no_grad():
+        for p in policy.agent.parameters():
+            p.normal_(0.0, 0.3)
+    obs = np.array([0])
+    _, state = policy.predict(obs, None, np.array([True]))
+    for symbol in (2, 2, 1):
+        _, state = policy.predict(np.array([symbol]), state, np.array([False]))
+    logits_after = policy.agent.step(policy.features(torch.tensor([1])), torch.tensor([True]),
+                                     tuple(torch.as_tensor(s) for s in state))[0]
+    logits_fresh = policy.agent.step(policy.features(torch.tensor([1])), torch.tensor([True]),
+                                     policy.initial_state(1))[0]
+    logits_carried = policy.agent.step(policy.features(torch.tensor([1])), torch.tensor([False]),
+                                       tuple(torch.as_tensor(s) for s in state))[0]
+    torch.testing.assert_close(logits_after, logits_fresh)  # a start sees nothing of the episode before
+    assert not torch.allclose(logits_carried, logits_fresh)  # without it, the memory counts
+
+
+def test_a_time_limit_is_bootstrapped_from_the_final_observation():
+    """An episode cut by a time limit (truncated) gets gamma * V(final observation) added to its last reward, as
+    SB3's PPO does; an episode that terminates does not."""
+    model = TransformerXLPPO("MlpPolicy", venv(n=2, delay=6, time_limit=3), n_steps=8, batch_size=16,
+                             policy_kwargs=SMALL, seed=0, gamma=0.9)
+    model._setup_learn(total_timesteps=16, callback=None)
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Nothing(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+    callback = Nothing()
+    callback.init_callback(model)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, 8)
+    batch = model.rollout_buffer.batch
+    truncated = batch.dones & (batch.rewards != 0)  # the cut steps: reward 0 from the env, a value added
+    assert truncated.any() and (batch.rewards[batch.dones & ~truncated] == 0).all()
+
+
+def test_memory_learns_what_no_memory_cannot():
+    """The cue task needs the first observation at the last step: with memory the agent learns it; with
+    ``mem_len=0`` it stays at chance."""
+    scores = {}
+    for mem_len in (6, 0):
+        env = venv(n=16, delay=3)
+        model = TransformerXLPPO("MlpPolicy", env, n_steps=32, batch_size=256, learning_rate=3e-3, seed=3,
+                                 policy_kwargs={**SMALL, "mem_len": mem_len})
+        model.learn(total_timesteps=12_288)
+        scores[mem_len], _ = evaluate_policy(model, venv(n=4, delay=3), n_eval_episodes=100)
+    assert scores[6] > 0.8 and scores[0] < 0.3, scores
