@@ -50,10 +50,28 @@ TINY = ["--n-layer", "1", "--d-model", "16", "--n-head", "2", "--d-head", "8", "
 TEXT = "def read_file(path):\n    with open(path) as fh:\n        return fh.read()\n"
 
 
+def hf5_python() -> Optional[str]:
+    """The python of the transformers-5 environment (``$TXL_HF5_PYTHON``, else ``.venv-hf5`` beside ``src``), where
+    the cases of ``transformer_xl.hf`` run: the main environment has transformers 4.35.2, the judge of tests/hf."""
+    path = Path(os.environ.get("TXL_HF5_PYTHON") or REPO / ".venv-hf5" / "bin" / "python")
+    return str(path) if path.exists() else None
+
+
 def has(module: str) -> bool:
+    """Whether ``module`` can be imported where its cases run; ``transformers>=5``: in the transformers-5
+    environment."""
     import importlib.util
 
+    if module == "transformers>=5":
+        return hf5_python() is not None
     return importlib.util.find_spec(module) is not None
+
+
+def needs_hf5(case: dict) -> bool:
+    """A case of ``transformer_xl.hf`` (a name of it, or a block that imports it): it runs in the transformers-5
+    environment."""
+    return case["id"].startswith("transformer_xl.hf.") or "import transformer_xl.hf" in (
+        case.get("code") or Path(case.get("path", "")).read_text(encoding="utf-8"))
 
 
 def user_env(assets: Optional[Path] = None, threads: Optional[int] = None) -> dict:
@@ -83,22 +101,38 @@ def _train(root: Path, name: str, level: str, text_file: Path, env: dict) -> Pat
     return root / name
 
 
-def _hub_cache(assets: Path, folder: Path) -> None:
-    """An offline huggingface_hub cache holding ``folder`` as the README's hub id (tests/hub_cache.py)."""
+def _hub_cache(assets: Path, run: Path) -> None:
+    """An offline huggingface_hub cache holding the word-level ``run`` as the README's hub id, in the layout the
+    real repository has (HuggingFace's ``config.json`` and weights, a ``vocab.pkl`` of plain data) (tests/hub_cache.py)."""
     from hub_cache import add_folder
 
+    from transformer_xl import TransformerXL
+    from transformer_xl.convert import export_checkpoint
+    from transformer_xl.text import load_vocab
+
+    folder = assets / "hub-repo"
+    export_checkpoint(TransformerXL.from_pretrained(run / "best"), folder, "hf")
+    vocab = load_vocab(run / "best")
+    symbols = [vocab.get_sym(i) for i in range(len(vocab))]
+    with open(folder / "vocab.pkl", "wb") as fh:  # the attributes HuggingFace's TransfoXLTokenizer pickles
+        pickle.dump({"idx2sym": symbols, "sym2idx": {s: i for i, s in enumerate(symbols)}, "lower_case": False,
+                     "special": ["<eos>"], "delimiter": None, "never_split": ["<eos>", "<unk>"],
+                     "unk_token": "<unk>", "eos_token": "<eos>", "additional_special_tokens": []}, fh, protocol=4)
     add_folder(assets / "hf-cache", HUB_ID, folder)
 
 
 def _user_folder(assets: Path) -> Path:
-    """The folder a user runs the documented blocks in, with the files they name: ``article.txt``,
-    ``data/wt103`` (WikiText-103's layout at toy size), the authors' TensorFlow checkpoint as ``tf_wt103/``."""
+    """The folder a user runs the documented blocks in, with the files they name: ``article.txt``, ``train.txt``
+    and ``valid.txt``, ``data/wt103`` (WikiText-103's layout at toy size), the authors' TensorFlow checkpoint as
+    ``tf_wt103/``."""
     user = assets / "user"
     (user / "data" / "wt103").mkdir(parents=True)
     words = (assets / "words.txt").read_text(encoding="utf-8").splitlines()
     for split, part in (("train", words[:60]), ("valid", words[60:80]), ("test", words[80:100])):
         (user / "data" / "wt103" / f"{split}.txt").write_text("\n".join(part) + "\n", encoding="utf-8")
     (user / "article.txt").write_text("\n".join(words[100:110]) + "\n", encoding="utf-8")
+    for split, part in (("train", words[:80]), ("valid", words[80:120])):  # docs/TRANSFORMERS.md's fine-tuning
+        (user / f"{split}.txt").write_text("\n".join(part) + "\n", encoding="utf-8")
     tf = user / "tf_wt103" / "model"
     tf.mkdir(parents=True)
     source = FIXTURES / "tf" / "adaptive_div4"
@@ -122,7 +156,7 @@ def assets(tmp_path_factory) -> Path:
     env["TXL_CACHE_DIR"] = str(a / "txl-cache")
     (a / "t.txt").write_text(TEXT * 100, encoding="utf-8")
     (a / "doc.txt").write_text(TEXT, encoding="utf-8")
-    lines = [f"the castle was built in {1000 + i % 20} by the king of the north , and it was {w} ."
+    lines = [f"The castle was built in {1000 + i % 20} by the king of the <unk> , and it was {w} ."
              for i, w in enumerate(["large", "old", "known", "small", "new"] * 24)]
     (a / "words.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side, one core each
@@ -144,7 +178,7 @@ def assets(tmp_path_factory) -> Path:
                      "special": ["<eos>"], "delimiter": None, "never_split": ["<eos>", "<unk>"],
                      "unk_token": "<unk>", "eos_token": "<eos>", "additional_special_tokens": []}, fh, protocol=4)
     if has("huggingface_hub"):
-        _hub_cache(a, word_run / "best")
+        _hub_cache(a, word_run)
     _user_folder(a)
     (a / "work").mkdir()
     return a
@@ -560,6 +594,43 @@ USES: Dict[str, str] = {
                                                  "== 2",
     "transformer_xl.lm_eval.write_wikitext_task": "p = write_wikitext_task('tasks', A / 'user' / 'data' / 'wt103' / "
                                                   "'test.txt', 'wt_local', limit=1)\nassert p.exists()",
+    # -- transformer_xl.hf (transformers 5: the transformers extra)
+    "transformer_xl.hf.TransfoXLConfig": "c = TransfoXLConfig(vocab_size=300, cutoffs=[100], d_model=32, d_embed=32, "
+                                         "n_head=2, d_head=16, d_inner=64, n_layer=2)\n"
+                                         "assert c.to_txl().n_token == 300 and c.model_type == 'transfo-xl'",
+    "transformer_xl.hf.TransfoXLLMHeadModel": "import torch\nm = TransfoXLLMHeadModel.from_pretrained(A / 'run')\n"
+                                              "x = torch.tensor([[1, 2, 3]])\n"
+                                              "assert m(input_ids=x, labels=x).losses.shape == (1, 2)\n"
+                                              "assert m.generate(x, max_new_tokens=2, do_sample=False).shape == "
+                                              "(1, 5)",
+    "transformer_xl.hf.TransfoXLModel": "import torch\nb = TransfoXLModel.from_pretrained(A / 'run')\n"
+                                        "assert b(input_ids=torch.tensor([[1, 2]])).last_hidden_state.shape[:2] == "
+                                        "(1, 2)",
+    "transformer_xl.hf.TransfoXLPreTrainedModel": "from transformer_xl.hf import TransfoXLLMHeadModel\n"
+                                                  "assert issubclass(TransfoXLLMHeadModel, TransfoXLPreTrainedModel)",
+    "transformer_xl.hf.TransfoXLLMHeadModelOutput": "assert TransfoXLLMHeadModelOutput(logits=1).prediction_scores "
+                                                    "== 1",
+    "transformer_xl.hf.TransfoXLModelOutput": "assert TransfoXLModelOutput(last_hidden_state=1).last_hidden_state "
+                                              "== 1",
+    "transformer_xl.hf.TransfoXLTokenizer": "tok = TransfoXLTokenizer.from_pretrained(A / 'run')\n"
+                                            "assert tok.decode(tok('hé')['input_ids']) == 'hé'",
+    "transformer_xl.hf.MemoryTrainer": "from transformers import TrainingArguments\n"
+                                       "from transformer_xl.hf import StreamSegments, TransfoXLLMHeadModel\n"
+                                       "m = TransfoXLLMHeadModel.from_pretrained(A / 'run').train()\n"
+                                       "args = TrainingArguments('out', per_device_train_batch_size=2, max_steps=2, "
+                                       "report_to=[], save_strategy='no', use_cpu=True)\n"
+                                       "t = MemoryTrainer(model=m, args=args, train_dataset=StreamSegments("
+                                       "range(200), 2, 8))\n"
+                                       "t.train()\nassert len(t.memory['train']) == m.config.n_layer",
+    "transformer_xl.hf.StreamSegments": "s = StreamSegments(list(range(100)), 2, 8)\n"
+                                        "assert len(s) == 12 and int(s[1]['input_ids'][0]) == 50",
+    "transformer_xl.hf.txl_optimizers": "from transformer_xl.hf import TransfoXLLMHeadModel\n"
+                                        "from transformer_xl.training import load_run_config\n"
+                                        "m = TransfoXLLMHeadModel.from_pretrained(A / 'run')\n"
+                                        "optimizer, schedule = txl_optimizers(m, load_run_config('default').train)\n"
+                                        "assert schedule.get_last_lr() == [0.0]  # the default's warm-up starts at 0",
+    "transformer_xl.hf.register": "register()\nfrom transformers import AutoConfig\n"
+                                  "assert AutoConfig.for_model('transfo-xl').model_type == 'transfo-xl'",
     # -- transformer_xl.cli
     "transformer_xl.cli.main": "assert main(['--version']) == 0",
     "transformer_xl.cli.build_parser": "assert 'train' in build_parser().format_help()",
@@ -573,7 +644,8 @@ USES: Dict[str, str] = {
 
 #: Names whose module needs an optional extra: the extra's package.
 NEEDS = {"transformer_xl.lm_eval": "lm_eval", "transformer_xl.rl.runner.train_agent": "gymnasium",
-         "transformer_xl.export.export_model": "onnxscript"}
+         "transformer_xl.export.export_model": "onnxscript", "transformer_xl.hf": "transformers>=5",
+         "transformer_xl.sb3": "stable_baselines3"}
 
 
 def documented_names() -> List[Tuple[str, str]]:
@@ -602,9 +674,12 @@ def name_case(assets: Path, key: str) -> dict:
     return {"id": key, "code": code, "cwd": str(work)}
 
 
-def run_server(assets: Path, cases: List[dict]) -> Dict[str, dict]:
-    """The cases run by one fresh server, two children at a time (tests/fresh_server.py): ``{id: result}``."""
-    done = subprocess.run([sys.executable, str(SERVER), "--jobs", "2", "--timeout", "120"], cwd=assets,
+def run_server(assets: Path, cases: List[dict], python: str = sys.executable) -> Dict[str, dict]:
+    """The cases run by one fresh server of ``python``, two children at a time (tests/fresh_server.py):
+    ``{id: result}``."""
+    if not cases:
+        return {}
+    done = subprocess.run([python, str(SERVER), "--jobs", "2", "--timeout", "120"], cwd=assets,
                           input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True, text=True,
                           env=user_env(assets, threads=1), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -656,7 +731,8 @@ BLOCK_RUNS = [(block_id, code, shown, threads) for block_id, code, shown in BLOC
               for threads in (THREADS if shown is not None else THREADS[:1])]
 
 #: What a block needs beyond the core install: the module, and the extra that installs it.
-EXTRAS = {"onnxruntime": "export", "huggingface_hub": "hub", "lm_eval": "lm-eval", "gymnasium": "rl"}
+EXTRAS = {"onnxruntime": "export", "huggingface_hub": "hub", "lm_eval": "lm-eval", "gymnasium": "rl",
+          "transformer_xl.hf": "transformers", "stable_baselines3": "sb3", "transformer_xl.sb3": "sb3"}
 
 
 def block_missing_extra(code: str) -> Optional[str]:
@@ -666,7 +742,7 @@ def block_missing_extra(code: str) -> Optional[str]:
                                                                   code):
         needs.append(("huggingface_hub", "hub"))  # a hub id
     for module, extra in needs:
-        if not has(module):
+        if not has("transformers>=5" if module == "transformer_xl.hf" else module):
             return f"needs {module} (pip install -e \".[{extra}]\"), which is not installed"
     return None
 
@@ -746,8 +822,12 @@ def started(assets) -> Dict[str, Future]:
     cases += [block_case(assets, block_id, code, threads) for block_id, code, _, threads in BLOCK_RUNS
               if block_missing_extra(code) is None]
     pool = ThreadPoolExecutor(max_workers=2)
-    server = pool.submit(run_server, assets, cases)
-    futures = {case["id"]: server for case in cases}
+    main_cases, hf5_cases = [c for c in cases if not needs_hf5(c)], [c for c in cases if needs_hf5(c)]
+    server = pool.submit(run_server, assets, main_cases)
+    futures = {case["id"]: server for case in main_cases}
+    if hf5_cases:  # after the main server: one server at a time keeps two children on two cores
+        hf5_server = pool.submit(lambda: (server.result(), run_server(assets, hf5_cases, hf5_python()))[1])
+        futures.update({case["id"]: hf5_server for case in hf5_cases})
     commands = ThreadPoolExecutor(max_workers=1)
     for command in COMMANDS:
         if command_missing_extra(command) is None:

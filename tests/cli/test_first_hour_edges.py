@@ -267,6 +267,7 @@ COMMANDS = {
     "bench": "txl bench eval-speed",
     "lm-eval": "txl lm-eval --tasks wikitext",
     "rl": "txl rl popgym-RepeatFirstEasy-v0 --run-dir rl",
+    "rl-eval": "txl rl-eval rl",
 }
 
 

@@ -119,6 +119,59 @@ def test_one_step_per_call_equals_the_window(gating):
                                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("gating", ["none", "gru"])
+def test_the_stepping_preset_and_its_state_step_as_the_window_does(gating):
+    """``TransformerXLConfig.gtrxl`` and ``initial_state``: the state is all a caller carries (no mems, mask or
+    fixed-length flag), and one step per call equals windows of any size, across episode starts."""
+    torch.manual_seed(0)
+    model = TransformerXLBackbone(TransformerXLConfig.gtrxl(d_input=5, mem_len=6, gating=gating,
+                                                            d_model=32, n_head=2)).eval()
+    x = torch.randn(3, 30, 5)
+    starts = torch.rand(3, 30) < 0.15
+    starts[:, 0] = True
+
+    def run(size):
+        state, outs = model.initial_state(3), []
+        for s in range(0, 30, size):
+            out = model(inputs_embeds=x[:, s:s + size], starts=starts[:, s:s + size], state=state)
+            state = out.state
+            outs.append(out.hidden_states)
+        return torch.cat(outs, 1), state
+
+    with torch.no_grad():
+        stepped, state = run(1)
+        for size in (5, 10, 30):
+            window, last = run(size)
+            torch.testing.assert_close(stepped, window, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(state.mask, last.mask)
+    assert state.select([0, 2]).batch_size == 2 and state.mems[0].shape == (3, 6, 32)
+
+
+def test_the_language_models_defaults_do_not_step_as_the_window_does():
+    """Why the preset exists: with ``same_length=False`` (the language model's default) a step alone sees fewer
+    keys than the same step inside a window, so the two differ."""
+    torch.manual_seed(0)
+    config = TransformerXLConfig.gtrxl(d_input=5, mem_len=6, d_model=32, n_head=2, same_length=False)
+    model = TransformerXLBackbone(config).eval()
+    x, starts = torch.randn(1, 12, 5), torch.zeros(1, 12, dtype=torch.bool)
+    with torch.no_grad():
+        outs, state = [], model.initial_state(1)
+        for t in range(12):
+            out = model(inputs_embeds=x[:, t:t + 1], starts=starts[:, t:t + 1], state=state)
+            outs.append(out.hidden_states)
+            state = out.state
+        window = model(inputs_embeds=x, starts=starts, state=model.initial_state(1)).hidden_states
+    assert (torch.cat(outs, 1) - window).abs().max() > 1e-4
+
+
+def test_a_mask_without_its_fixed_memory_names_the_fix():
+    model = TransformerXLBackbone(TransformerXLConfig.gtrxl(d_input=5, mem_len=6, d_model=32, n_head=2))
+    with pytest.raises(ValueError, match=r"init_mems\(B, fixed=True\).*initial_state\(B\)"):
+        model(inputs_embeds=torch.randn(2, 1, 5), mems=model.init_mems(2), mems_mask=model.init_mems_mask(2))
+    with pytest.raises(ValueError, match="state: give the state, or mems"):
+        model(inputs_embeds=torch.randn(2, 1, 5), mems=model.init_mems(2), state=model.initial_state(2))
+
+
 def test_gradient_never_crosses_an_episode_boundary():
     """d(outputs of one episode) / d(inputs of every other episode) is exactly zero, in one window and across
     calls (the memory is detached), while it is not zero within the episode."""

@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from transformer_xl.cli import main
+from transformer_xl.model.kv_cache import DecodingCache
 from transformer_xl.rl import AgentConfig, MemoryAgent, PPOConfig, ppo
-from transformer_xl.rl.envs import ObservationEncoder, make_envs
+from transformer_xl.rl.envs import ObservationEncoder, check_action_space, make_envs
 from transformer_xl.rl.runner import RLSettings, train_agent
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
@@ -49,21 +50,23 @@ def collect(agent_config: dict, env_id=ENV_ID, envs=6, rollout=24, seed=0, times
     torch.manual_seed(seed)
     vec, first = make_envs(env_id, envs, seed)
     encoder = ObservationEncoder(vec.single_observation_space)
-    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=int(vec.single_action_space.n), **agent_config))
+    n_actions, dims = check_action_space(vec.single_action_space, env_id)
+    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=n_actions, action_dims=dims, **agent_config))
     with torch.no_grad():  # far from the initial near-uniform policy, so that what the memory holds shows
         for name, p in agent.named_parameters():
             if not name.endswith(("norm.weight", "b_g")):
                 p.normal_(0.0, 0.3)
-    collector = ppo.Collector(vec, encoder, agent, first)
+    collector = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first)
     batches = [collector.collect(rollout, agent.config.window) for _ in range(times)]  # later ones start mid-episode
     vec.close()
     return agent, batches
 
 
-ENVS = [(ENV_ID, 24, 2), ("popgym-RepeatPreviousEasy-v0", 32, 2)]  # (id, rollout, iterations): 51-step episodes
+# (id, rollout, iterations): RepeatPrevious' episodes are 51 steps; MineSweeper's actions are MultiDiscrete([4, 4])
+ENVS = [(ENV_ID, 24, 2), ("popgym-RepeatPreviousEasy-v0", 32, 2), ("popgym-MineSweeperEasy-v0", 32, 2)]
 
 
-@pytest.mark.parametrize("env_id,rollout,times", ENVS, ids=["cue", "popgym"])
+@pytest.mark.parametrize("env_id,rollout,times", ENVS, ids=["cue", "popgym", "multidiscrete"])
 @pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(gating="none", mem_len=3),
                                   dict(mem_len=0), dict(core="gru")], ids=["gtrxl", "trxl", "no-memory", "gru"])
 def test_update_replays_what_collection_computed(core, env_id, rollout, times):
@@ -78,6 +81,87 @@ def test_update_replays_what_collection_computed(core, env_id, rollout, times):
             log_probs, values, _ = ppo.replay(agent, batch, rows, window)
         torch.testing.assert_close(log_probs, ppo.windows(batch.log_probs, window), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(values, ppo.windows(batch.values, window), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(gating="none", mem_len=3), dict(mem_len=0),
+                                  dict(core="gru")], ids=["gtrxl", "trxl", "no-memory", "gru"])
+def test_stepping_through_the_cache_equals_stepping_from_the_state(core):
+    """The collector's stepper (the decoding cache: projected keys and values) gives, step after step and across
+    episode starts, the outputs and the memory of the fixed-memory path that projects the memory every step."""
+    torch.manual_seed(0)
+    agent = MemoryAgent(AgentConfig(obs_dim=3, n_actions=4, **{**SMALL, **core})).eval()
+    n, steps = 5, 30
+    obs = torch.randn(steps, n, 3)
+    starts = torch.rand(steps, n) < 0.1
+    starts[0] = True
+    stepper, state = agent.stepper(n), agent.initial_state(n)
+    with torch.no_grad():
+        for t in range(steps):
+            logits, value = stepper.step(obs[t], starts[t])
+            want_logits, want_value, state = agent.step(obs[t], starts[t], state)
+            torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(value, want_value, rtol=1e-5, atol=1e-5)
+            for got, want in zip(stepper.state, state):
+                if got.dtype == torch.bool:
+                    assert torch.equal(got, want), t
+                else:
+                    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    if core.get("mem_len", 1) and core.get("core") != "gru":  # the cache really is what ran
+        assert isinstance(stepper.core.cache, DecodingCache)
+
+
+@pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(mem_len=0), dict(core="gru")],
+                         ids=["gtrxl", "no-memory", "gru"])
+def test_collection_after_an_update_still_equals_its_replay(core):
+    """The parity across iterations: after real gradient steps the memory's keys and values that collection keeps
+    (the decoding cache) were projected with the old weights; the stepper re-projects them, so the next iteration's
+    collection still equals its replay, with memories carried over from the iteration before."""
+    torch.manual_seed(0)
+    vec, first = make_envs(ENV_ID, 6, 0)
+    encoder = ObservationEncoder(vec.single_observation_space)
+    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=2, **{**SMALL, **core}))
+    collector = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first)
+    cfg = PPOConfig(envs=6, rollout=24, minibatches=2, lr=3e-2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
+    window, gen = agent.config.window, torch.Generator().manual_seed(0)
+    for iteration in range(3):
+        batch = collector.collect(cfg.rollout, window)
+        rows = torch.arange(batch.steps // window * batch.starts.size(1))
+        with torch.no_grad():
+            log_probs, values, _ = ppo.replay(agent, batch, rows, window)
+        torch.testing.assert_close(log_probs, ppo.windows(batch.log_probs, window), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, ppo.windows(batch.values, window), rtol=1e-5, atol=1e-5)
+        before = [p.detach().clone() for p in agent.parameters()]
+        ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
+        ppo.update(agent, optimizer, batch, cfg, window, gen)
+        assert max((p - b).abs().max() for p, b in zip(agent.parameters(), before)) > 1e-3  # the weights moved
+    vec.close()
+
+
+def test_a_stepper_synced_after_the_weights_change_steps_as_the_state_does():
+    torch.manual_seed(0)
+    agent = MemoryAgent(AgentConfig(obs_dim=3, n_actions=4, **{**SMALL, "mem_len": 6})).eval()
+    n = 4
+    obs, starts = torch.randn(20, n, 3), torch.rand(20, n) < 0.15
+    stepper = agent.stepper(n)
+    with torch.no_grad():
+        for t in range(10):
+            stepper.step(obs[t], starts[t])
+        for p in agent.parameters():  # an update
+            p.add_(0.05 * torch.randn_like(p))
+        stale = agent.stepper(n)
+        stale.core.__dict__.update({k: v.clone() if torch.is_tensor(v) else v
+                                    for k, v in stepper.core.__dict__.items()})
+        state = stepper.state
+        stepper.sync()
+        stale_gap = 0.0
+        for t in range(10, 20):
+            _, value = stepper.step(obs[t], starts[t])
+            _, stale_value = stale.step(obs[t], starts[t])
+            _, want, state = agent.step(obs[t], starts[t], state)
+            torch.testing.assert_close(value, want, rtol=1e-5, atol=1e-5)
+            stale_gap = max(stale_gap, float((stale_value - want).abs().max()))
+        assert stale_gap > 1e-3  # without the sync the cache would answer with the old weights' keys
 
 
 def test_replay_depends_on_the_saved_memory():
@@ -141,7 +225,7 @@ def test_resume_goes_on_from_the_checkpoint(tmp_path, capsys):
 @pytest.mark.parametrize("argv,expected", [
     (["rl", "popgym-RepeatFirstEsay-v0"], "unknown environment id 'popgym-RepeatFirstEsay-v0'; did you mean "
                                           "popgym-RepeatFirstEasy-v0"),
-    (["rl", BOX_ID], "supports discrete actions (Discrete(n)) only"),
+    (["rl", BOX_ID], "supports discrete actions (Discrete(n), or MultiDiscrete of one dimension) only"),
     (["rl", ENV_ID, "--mem-len", "-1"], "--mem-len: must be >= 0, got -1"),
     (["rl", ENV_ID, "--rollout", "30", "--window", "4"], "rollout: must be a multiple of the window (4), got 30"),
 ])
@@ -177,10 +261,10 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
     out, err = child.communicate(timeout=120)
     lines = err.strip().splitlines()
     assert child.returncode == 130, err
-    assert lines[-1].startswith("interrupted by SIGINT at step ") and lines[-1].endswith(
+    assert lines[-1].startswith("txl rl: interrupted by SIGINT at step ") and lines[-1].endswith(
         f"checkpoint written; continue with: txl rl popgym-RepeatPreviousEasy-v0 --resume --run-dir {run}"), lines
-    assert not any("Traceback" in line for line in lines)
-    step = int(lines[-1].split("at step ")[1].split(":")[0])
+    assert not any("Traceback" in line for line in lines) and out == ""  # no "done:" line for a run cut short
+    step = int(lines[-1].split("at step ")[1].split(" ")[0])
     assert 0 < step < 1_000_000 and (run / "checkpoints" / f"step_{step:08d}" / "COMPLETE").is_file()
     resumed = subprocess.run(args[:6] + [str(step + 128)] + args[7:] + ["--resume", "--json"], capture_output=True,
                              text=True, timeout=120)

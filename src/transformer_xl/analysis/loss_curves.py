@@ -66,6 +66,9 @@ def plot_run(run_dir, out: Optional[str] = None) -> Path:
     curves = {split: [(r["step"], r["loss"]) for r in records if r.get("split") == split]
               for split in ("train", "valid")}
     if not any(curves.values()):
+        if any("mean_return" in r for r in records):
+            raise DataError(f"{run_dir}: a txl rl run; its curve is {Path(run_dir) / 'returns.png'}, and "
+                            f"txl rl-eval {run_dir} plays its agent")
         raise DataError(f"{Path(run_dir) / METRICS_NAME}: no train or valid loss records to plot")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)

@@ -43,6 +43,7 @@ from ..files import CONFIG_NAME, WEIGHTS_NAME, read_json
 # ---------------------------------------------------------------------------- file names
 HF_BIN_NAME = "pytorch_model.bin"
 RUN_CONFIG_NAME = "run.yaml"
+AGENT_CONFIG_NAME = "agent.json"  # what a txl rl agent folder holds instead of config.json (rl/agent.py)
 #: Tokenizer files, in the order they are looked for: ours (JSON), then HuggingFace's (pickles read without
 #: executing them, or a plain file of one symbol per line).
 VOCAB_NAMES = ("vocab.json", "tokenizer.json", "vocab.pkl", "vocab.bin", "vocab.txt")
@@ -132,6 +133,11 @@ def no_such_folder(path, label: str = "") -> CheckpointError:
     return CheckpointError(f"{label}no such folder {text}{hint}")
 
 
+def is_agent_dir(path: Path) -> bool:
+    """A ``txl rl`` run or agent folder (``agent.json``: an agent, not a language model)."""
+    return any((p / AGENT_CONFIG_NAME).is_file() for p in (path, path / "agent", path.parent))
+
+
 def resolve_model_dir(path, label: str = "") -> Path:
     """A local model folder: the path itself, a run's ``best/``, or its last complete checkpoint. ``label``
     (e.g. ``"--init-from: "``) starts the one-line error."""
@@ -141,6 +147,9 @@ def resolve_model_dir(path, label: str = "") -> Path:
     if path.is_file():
         raise CheckpointError(f"{label}{path}: is a file; give the folder that holds config.json and the weights "
                               f"(or a run directory)")
+    if is_agent_dir(path) and not (path / CONFIG_NAME).is_file():
+        raise CheckpointError(f"{label}{path}: a txl rl run (an agent, not a language model); play it with "
+                              f"txl rl-eval {path}")
     if is_model_dir(path):
         return path
     if is_model_dir(path / "best"):

@@ -39,6 +39,7 @@ from . import (
     lm_eval_command,
     plot_command,
     rl_command,
+    rl_eval_command,
     score_command,
     train_command,
 )
@@ -46,7 +47,7 @@ from .options import check_options
 
 #: The sub-commands, in the order ``txl --help`` lists them; each module's ``add(sub)`` adds its parser.
 COMMANDS = (convert_command, train_command, eval_command, plot_command, generate_command, score_command,
-            context_command, bench_command, export_command, lm_eval_command, rl_command)
+            context_command, bench_command, export_command, lm_eval_command, rl_command, rl_eval_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,12 +16,17 @@ where in the window it begins (:func:`~.attention.visibility.episode_ids`). The 
 ever enters it. :class:`~transformer_xl.model.TransformerXL` is this backbone plus the adaptive softmax; both run
 the one layer loop, :meth:`TransformerXLBackbone.transformer`.
 
-Stepping one observation at a time: ``backbone(inputs_embeds=x[:, None], mems=..., mems_mask=..., starts=...)``
-per step carries the memory; a :class:`~transformer_xl.generation.DecodingCache` (``cache=``) keeps the projected
-keys and values instead, O(d^2 + M d) per step. With ``same_length=True`` and ``same_length_extra=1`` and a
-memory of fixed length (:meth:`TransformerXLBackbone.init_mems` with ``fixed=True``) every step sees exactly the
-``mem_len`` steps of its episode before it, however the steps are grouped into calls: what an agent that steps
-during collection and replays windows during its update needs.
+Stepping one observation at a time, as an agent's memory: with :meth:`TransformerXLConfig.gtrxl` (``same_length``
+with the TensorFlow rule, no dropout) and the fixed-length memory of :meth:`TransformerXLBackbone.initial_state`,
+every step sees exactly the ``mem_len`` steps of its episode before it, however the steps are grouped into calls::
+
+    state = backbone.initial_state(B)                      # a MemoryState: mems, hidden slots, fixed length
+    out = backbone(inputs_embeds=x, starts=starts, state=state)   # x: [B, 1 or T, d_input]
+    state = out.state
+
+what an agent that steps during collection and replays windows during its update needs (the explicit form:
+``mems=``, ``mems_mask=``, ``fixed_memory=True``). A :class:`~transformer_xl.generation.DecodingCache`
+(``cache=``) keeps the projected keys and values instead, O(d^2 + M d) per step.
 """
 
 from __future__ import annotations
@@ -45,6 +50,24 @@ from .saving import PretrainedMixin
 
 
 @dataclasses.dataclass
+class MemoryState:
+    """A backbone's memory between calls, of fixed length ``M = mem_len`` (:meth:`TransformerXLBackbone.initial_state`):
+    each layer's input states of the last ``M`` steps, and the slots hidden from the next step (a fresh state's,
+    and those before an episode start)."""
+
+    mems: Mems  # n_layer x [B, M, d_model]
+    mask: Tensor  # [B, M] bool, True = hidden
+
+    @property
+    def batch_size(self) -> int:
+        return self.mask.size(0)
+
+    def select(self, rows) -> "MemoryState":
+        """The rows ``rows`` (indices or a mask) of the batch."""
+        return MemoryState([m[rows] for m in self.mems], self.mask[rows])
+
+
+@dataclasses.dataclass
 class BackboneOutput:
     """What the backbone returns."""
 
@@ -53,6 +76,7 @@ class BackboneOutput:
     mems_mask: Optional[Tensor] = None  # [B, M] bool, True = hidden; None when nothing is hidden
     all_hidden_states: Optional[List[Tensor]] = None  # n_layer + 1 x [B, T, d_model], when asked for
     cache: Optional[object] = None  # the decoding cache passed in, extended by this call
+    state: Optional[MemoryState] = None  # the next call's state, when a state was passed
 
 
 class PositionwiseFF(nn.Module):
@@ -244,6 +268,13 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
             return [p.new_zeros(batch_size, self.mem_len, self.config.d_model) for _ in range(self.config.n_layer)]
         return empty_mems(self.config.n_layer, batch_size, self.config.d_model, dtype=p.dtype, device=p.device)
 
+    def initial_state(self, batch_size: int) -> MemoryState:
+        """The fixed-length memory of a fresh start for ``batch_size`` rows (every slot hidden), to pass as
+        ``forward(..., state=)``; each call returns the next in ``out.state``."""
+        if self.mem_len <= 0:
+            raise ValueError("initial_state: this backbone has mem_len 0 (no memory to carry)")
+        return MemoryState(self.init_mems(batch_size, fixed=True), self.init_mems_mask(batch_size))
+
     def init_mems_mask(self, batch_size: int) -> Tensor:
         """``[B, mem_len]`` bool of a fixed-length fresh memory: all hidden (all visible for ``mem_init="zeros"``)."""
         device = next(self.parameters()).device
@@ -290,10 +321,12 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
 
     # ------------------------------------------------------------------ the layer stack
     def cached_transformer(self, input_ids: Optional[Tensor], cache, padding_mask: Optional[Tensor] = None, *,
-                           inputs_embeds: Optional[Tensor] = None, starts: Optional[Tensor] = None) -> Tensor:
+                           inputs_embeds: Optional[Tensor] = None, starts: Optional[Tensor] = None,
+                           output_hidden_states: bool = False):
         """The stack over new steps ``[B, n]`` given a decoding cache (attn_type 0): the cache holds the projected
         keys and values of earlier steps and decides which keys each new step sees; it is extended in place.
-        Returns the last layer's states ``[B, n, d]``."""
+        Returns the last layer's states ``[B, n, d]``; with ``output_hidden_states``, also the n_layer + 1 states
+        of :meth:`transformer` (each layer's input, which is what ``mems`` would keep, then the output)."""
         if self.config.attn_type != 0:
             raise ValueError("cache: cached decoding needs attn_type 0 (the relative attention)")
         emb = self.embed(input_ids, inputs_embeds)  # [B, n, d]
@@ -301,10 +334,15 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
         vis = cache.begin(emb.shape[:2], padding_mask, starts)
         core = self.drop(emb)
         pos = (None, getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None))
+        hids: List[Tensor] = []
         for i, layer in enumerate(self.layers):
+            hids.append(core)
             core = layer(core, pos, vis, cache=cache.layer(i))
         cache.end()
-        return self.drop(core)
+        core = self.drop(core)
+        if output_hidden_states:
+            return core, hids + [core]
+        return core
 
     def transformer(self, input_ids: Optional[Tensor] = None, mems: Optional[Sequence[Tensor]] = None,
                     mems_mask: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
@@ -352,7 +390,8 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
     def forward(self, inputs_embeds: Optional[Tensor] = None, input_ids: Optional[Tensor] = None,
                 mems: Optional[Sequence[Tensor]] = None, mems_mask: Optional[Tensor] = None,
                 starts: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None, cache=None,
-                fixed_memory: bool = False, output_hidden_states: bool = False) -> BackboneOutput:
+                fixed_memory: bool = False, output_hidden_states: bool = False,
+                state: Optional[MemoryState] = None) -> BackboneOutput:
         """Hidden states of ``[B, T]`` steps given the memory of earlier calls.
 
         Args:
@@ -363,13 +402,23 @@ class TransformerXLBackbone(PretrainedMixin, nn.Module):
             padding_mask: ``[B, T]`` bool, True on padding steps: hidden as keys and as memory.
             cache: a :class:`~transformer_xl.generation.DecodingCache` instead of ``mems`` (attn_type 0).
             fixed_memory: keep the memory at the length of ``mems`` (see :meth:`init_mems` with ``fixed=True``).
+            state: a :class:`MemoryState` (:meth:`initial_state`, or ``out.state``) instead of ``mems``,
+                ``mems_mask`` and ``fixed_memory``; the output carries the next one in ``state``.
         """
+        if state is not None:
+            if mems is not None or mems_mask is not None or cache is not None:
+                raise ValueError("state: give the state, or mems/mems_mask/cache, not both")
+            out = self.forward(inputs_embeds, input_ids, state.mems, state.mask, starts, padding_mask,
+                               fixed_memory=True, output_hidden_states=output_hidden_states)
+            out.state = MemoryState(out.mems, out.mems_mask)
+            return out
         if cache is not None:
             if mems is not None or mems_mask is not None:
                 raise ValueError("cache: give the decoding cache or mems/mems_mask, not both")
             hidden = self.cached_transformer(input_ids, cache, padding_mask, inputs_embeds=inputs_embeds,
-                                             starts=starts)
-            return BackboneOutput(hidden, None, None, None, cache)
+                                             starts=starts, output_hidden_states=output_hidden_states)
+            hidden, hids = hidden if output_hidden_states else (hidden, None)
+            return BackboneOutput(hidden, None, None, hids, cache)
         hidden, new_mems, new_mask, hids = self.transformer(input_ids, mems, mems_mask, padding_mask, fixed_memory,
                                                             inputs_embeds=inputs_embeds, starts=starts)
         return BackboneOutput(hidden, new_mems, new_mask, hids if output_hidden_states else None)
@@ -399,7 +448,10 @@ def _key_hidden(mems_mask: Optional[Tensor], padding_mask: Optional[Tensor], bsz
     if padding_mask is None:
         padding_mask = torch.zeros(bsz, qlen, dtype=torch.bool, device=device)
     if mems_mask.shape != (bsz, mlen):
-        raise ValueError(f"mems_mask: expected shape [{bsz}, {mlen}], got {list(mems_mask.shape)}")
+        hint = ("; a fixed-length memory needs init_mems(B, fixed=True) beside init_mems_mask(B), or initial_state(B)"
+                if mlen == 0 else "")
+        raise ValueError(f"mems_mask: expected shape [{bsz}, {mlen}] (the memory's), got {list(mems_mask.shape)}"
+                         f"{hint}")
     if padding_mask.shape != (bsz, qlen):
         raise ValueError(f"padding_mask: expected shape [{bsz}, {qlen}], got {list(padding_mask.shape)}")
     return torch.cat([mems_mask.bool(), padding_mask.bool()], dim=1)

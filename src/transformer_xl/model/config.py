@@ -108,6 +108,24 @@ class TransformerXLConfig:
         self.tie_projs = ties + [False] * (n_clusters - len(ties))
         self.validate()
 
+    @classmethod
+    def gtrxl(cls, d_input: int, mem_len: int = 64, *, window: int = 16, n_layer: int = 2, d_model: int = 64,
+              n_head: int = 4, d_head: Optional[int] = None, d_inner: Optional[int] = None, gating: str = "gru",
+              gate_bias: float = 2.0, **changes: Any) -> "TransformerXLConfig":
+        """A backbone for a sequence model stepped one step at a time, as an agent's memory (GTrXL by default):
+        vectors of ``d_input`` in; every step sees the ``mem_len`` steps of its episode before it and itself,
+        whether it runs alone or inside a window of ``window`` steps (``same_length`` with the TensorFlow rule over
+        a memory of fixed length: see :meth:`TransformerXLBackbone.initial_state`); pre-LN, no dropout. With the
+        language model's defaults instead (``same_length=False``, ``dropout=0.1``, post-LN), one step per call and
+        a window would differ. ``d_head`` defaults to ``d_model // n_head``, ``d_inner`` to ``2 * d_model``;
+        ``changes`` set any other field."""
+        values = dict(d_input=d_input, n_layer=n_layer, n_head=n_head, d_model=d_model,
+                      d_head=d_head if d_head is not None else max(1, d_model // n_head),
+                      d_inner=d_inner if d_inner is not None else 2 * d_model, dropout=0.0, dropatt=0.0,
+                      tgt_len=window, mem_len=mem_len, same_length=mem_len > 0, same_length_extra=1, pre_lnorm=True,
+                      gating=gating, gate_bias=gate_bias)
+        return cls(**{**values, **changes})
+
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise :class:`ConfigError` (a ``ValueError``) naming the first field out of range."""

@@ -16,7 +16,11 @@ Segments are either
   is a segment of its own, so it sees exactly the ``mem_len`` tokens before it.
 
 With ``config.mem_init == "zeros"`` a fresh row's memory is ``mem_len`` zero states (token indices
-``-mem_len .. -1``), whose projected keys and values are cached like any other. Each row keeps its own
+``-mem_len .. -1``), whose projected keys and values are cached like any other. A cache can also begin from a
+given memory (``mems``: each layer's input states of the ``M`` steps before, as ``forward(..., fixed_memory=True)``
+keeps them, with ``mems_mask`` for hidden slots), projected with the model's weights of now: after the weights
+change (an agent's update), the keys and values of steps taken before are stale, and a cache rebuilt this way from
+the memory equals the fixed-length memory projected again. Each row keeps its own
 segment phase, so rows of a left-padded batch give exactly what they would give alone. ``starts`` (True where an
 episode or document begins in a row) hides every earlier key from that step on, per row, as the model's forward
 does. Keys no future query can see are dropped.
@@ -92,7 +96,8 @@ class DecodingCache:
     states, which ``model.crit.log_probs`` turns into next-token log-probabilities.
     """
 
-    def __init__(self, model, batch_size: int, max_distance: Optional[int] = None, decoding: Optional[str] = None):
+    def __init__(self, model, batch_size: int, max_distance: Optional[int] = None, decoding: Optional[str] = None,
+                 mems: Optional[List[Tensor]] = None, mems_mask: Optional[Tensor] = None):
         cfg = model.config
         if cfg.attn_type != 0:
             raise ValueError("DecodingCache supports attn_type 0 (use generate(..., method='segment') otherwise)")
@@ -118,7 +123,9 @@ class DecodingCache:
         self._order: Optional[Tensor] = None  # [B, T+n]: how the current forward reorders each row's keys (begin)
         self._r_len = 0
         self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
-        if cfg.mem_init == "zeros" and self.mem_len > 0:
+        if mems is not None:
+            self._add_memory(mems, mems_mask)
+        elif cfg.mem_init == "zeros" and self.mem_len > 0:
             self._add_zero_memory()
 
     # ------------------------------------------------------------------ position keys
@@ -133,6 +140,21 @@ class DecodingCache:
         for i, layer in enumerate(self.model.layers):
             self._r_k[i] = layer.dec_attn.position_keys(r).contiguous()  # [H, n_dist, D]
         self._r_len = n_dist
+
+    @torch.no_grad()
+    def _add_memory(self, mems: List[Tensor], mems_mask: Optional[Tensor]) -> None:
+        """Cache the keys and values of the given memory, ``n_layer x [B, M, d]`` (token indices -M .. -1; a slot
+        hidden by ``mems_mask [B, M]`` becomes padding, which no query sees)."""
+        if len(mems) != len(self.model.layers) or mems[0].size(0) != self.batch_size:
+            raise ValueError(f"mems: expected {len(self.model.layers)} tensors of [{self.batch_size}, M, d]")
+        m = mems[0].size(1)
+        for i, layer in enumerate(self.model.layers):
+            _, k, v = layer.dec_attn.project(mems[i].to(self.dtype))  # [B, H, M, D]
+            self.keys[i].append(k)
+            self.values[i].append(v)
+        index = torch.arange(-m, 0, device=self.device).expand(self.batch_size, -1)
+        self.index = index if mems_mask is None else torch.where(mems_mask.to(self.device), PAD, index)  # [B, M]
+        self.oldest = -m
 
     @torch.no_grad()
     def _add_zero_memory(self) -> None:

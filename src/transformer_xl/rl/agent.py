@@ -3,7 +3,11 @@
 The core holds what the agent remembers, one state per environment, and runs two ways that give the same
 numbers (tested):
 
-* :meth:`MemoryAgent.step`: one observation per environment, during collection;
+* :meth:`MemoryAgent.stepper`: one observation per environment at a time, during collection. The ``trxl`` core
+  steps through the backbone's :class:`~transformer_xl.model.kv_cache.DecodingCache`, which keeps each layer's
+  projected keys and values: a step costs O(d² + M·d), not the O(M·d²) of projecting the memory again. Beside the
+  cache it keeps the memory in the form the update replays from (:attr:`Stepper.state`);
+* :meth:`MemoryAgent.step`: one step from a state passed in and returned (``predict`` and look-aheads);
 * :meth:`MemoryAgent.replay`: windows of ``L`` steps with the state the collection had at the window's first
   step, during the update.
 
@@ -28,17 +32,21 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
+from torch.distributions import Categorical
 
 from ..checkpoints.loading import load_safetensors
 from ..errors import CheckpointError, ConfigError
 from ..files import WEIGHTS_NAME, atomic_write, write_json
 from ..model import TransformerXLBackbone, TransformerXLConfig
+from ..model.kv_cache import DecodingCache
 from ..model.saving import load_into, unique_state_dict, weights_metadata
+from .envs import ObservationEncoder
 
 AGENT_CONFIG = "agent.json"
 CORES = ("trxl", "gru")
@@ -50,7 +58,7 @@ class AgentConfig:
     """The agent's shape: its environment's observation size and actions, and the memory core."""
 
     obs_dim: int
-    n_actions: int
+    n_actions: int  # logits: the actions of a Discrete space, the sum of a MultiDiscrete space's sizes
     core: str = "trxl"  # trxl | gru
     d_model: int = 64
     n_layer: int = 2
@@ -62,6 +70,12 @@ class AgentConfig:
     gating: str = "gru"  # gru (GTrXL) | none (Transformer-XL with pre-LN residuals)
     gate_bias: float = 2.0
     env_id: str = ""
+    #: The sizes of a MultiDiscrete action space (one choice per size; ``n_actions`` is their sum); None: one
+    #: choice among ``n_actions`` (Discrete).
+    action_dims: Optional[List[int]] = None
+    #: How raw observations become the ``obs_dim`` vector (:meth:`ObservationEncoder.to_json`); None: the caller
+    #: passes vectors. Saved with the agent so that :meth:`MemoryAgent.predict` takes raw observations.
+    observation: Optional[list] = None
 
     def __post_init__(self):
         if self.core not in CORES:
@@ -71,13 +85,19 @@ class AgentConfig:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.mem_len < 0:
             raise ConfigError(f"mem_len: must be >= 0, got {self.mem_len}")
+        if self.action_dims is not None:
+            self.action_dims = [int(n) for n in self.action_dims]
+            if sum(self.action_dims) != self.n_actions or min(self.action_dims, default=0) < 1:
+                raise ConfigError(f"action_dims: {self.action_dims} must be sizes >= 1 that add up to n_actions "
+                                  f"({self.n_actions})")
 
     def backbone_config(self) -> TransformerXLConfig:
-        """The Transformer-XL of the ``trxl`` core: vectors in (the observation and the start flag), sliding context."""
-        return TransformerXLConfig(d_input=self.obs_dim + 1, n_layer=self.n_layer, n_head=self.n_head,
-                                   d_model=self.d_model, d_head=self.d_head, d_inner=self.d_inner, dropout=0.0,
-                                   tgt_len=self.window, mem_len=self.mem_len, same_length=self.mem_len > 0,
-                                   same_length_extra=1, pre_lnorm=True, gating=self.gating, gate_bias=self.gate_bias)
+        """The Transformer-XL of the ``trxl`` core: vectors in (the observation and the start flag), sliding context
+        (:meth:`TransformerXLConfig.gtrxl`)."""
+        return TransformerXLConfig.gtrxl(self.obs_dim + 1, mem_len=self.mem_len, window=self.window,
+                                         n_layer=self.n_layer, n_head=self.n_head, d_model=self.d_model,
+                                         d_head=self.d_head, d_inner=self.d_inner, gating=self.gating,
+                                         gate_bias=self.gate_bias)
 
     @classmethod
     def from_dict(cls, values: dict) -> "AgentConfig":
@@ -114,6 +134,61 @@ class TrXLCore(nn.Module):
                             fixed_memory=True)
         return out.hidden_states, (torch.stack(out.mems, dim=1), out.mems_mask)
 
+    def stepper(self, n: int) -> "Stepper":
+        return CachedStepper(self, n) if self.mem_len > 0 else Stepper(self, n)
+
+
+class Stepper:
+    """Steps a core one observation per row at a time; :attr:`state` is the core's state after the last step."""
+
+    def __init__(self, core: nn.Module, n: int):
+        self.core, self.state = core, core.initial_state(n)
+
+    def step(self, x: Tensor, starts: Tensor) -> Tensor:
+        """``x [n, 1, d_in]``, ``starts [n, 1]`` -> the core's output ``[n, 1, d]``."""
+        hidden, self.state = self.core(x, starts, self.state)
+        return hidden
+
+    def sync(self) -> None:
+        """The weights changed: nothing is kept that depends on them (the state is the core's own memory)."""
+
+
+class CachedStepper(Stepper):
+    """The ``trxl`` core stepped through a :class:`DecodingCache` (sliding: every step is a segment of its own, so
+    it sees the ``mem_len`` steps of its episode before it, as the fixed-length memory gives it). The cache holds
+    projected keys and values; beside it, a ring of each layer's input of the last ``mem_len`` steps and of the
+    slots hidden from the next step (a start hides all of them) gives :attr:`state`, the replay's form, when asked
+    (at the first step of each window): a step writes one slot instead of moving the whole memory."""
+
+    def __init__(self, core: TrXLCore, n: int):
+        mems, mask = core.initial_state(n)
+        self.core, self.ring, self.hidden, self.slot = core, mems.clone(), mask.clone(), 0
+        self.sync()
+
+    def sync(self) -> None:
+        """The weights changed (an update): the cache's keys and values, and its position keys, were projected with
+        the old ones. Rebuild the cache from the memory (its layer inputs), projected with the weights of now: the
+        next steps then give what the fixed-length memory, projected again at each step, gives."""
+        mems, hidden = self.state
+        self.cache = DecodingCache(self.core.backbone, mems.size(0), decoding="sliding",
+                                   mems=list(mems.unbind(1)), mems_mask=hidden)
+        self.cache.end_prompt()
+
+    @property
+    def state(self) -> State:
+        """``(mems [n, n_layer, M, d], mems_mask [n, M])``, oldest step first."""
+        order = torch.arange(self.slot, self.slot + self.ring.size(2), device=self.ring.device) % self.ring.size(2)
+        return self.ring[:, :, order], self.hidden[:, order]
+
+    def step(self, x: Tensor, starts: Tensor) -> Tensor:
+        out = self.core.backbone(inputs_embeds=x, starts=starts, cache=self.cache, output_hidden_states=True)
+        self.hidden |= starts[:, :1]  # a start hides every earlier step
+        for i, layer_input in enumerate(out.all_hidden_states[:-1]):  # n_layer x [n, 1, d]
+            self.ring[:, i, self.slot] = layer_input[:, 0]
+        self.hidden[:, self.slot] = False
+        self.slot = (self.slot + 1) % self.ring.size(2)
+        return out.hidden_states
+
 
 class GRUCore(nn.Module):
     """A GRU of width ``d_model`` after a linear input layer; its state is zeroed at every start."""
@@ -135,6 +210,9 @@ class GRUCore(nn.Module):
             h = self.cell(inp[:, t], h * (~starts[:, t]).to(h.dtype)[:, None])
             outs.append(h)
         return torch.stack(outs, dim=1), (h,)
+
+    def stepper(self, n: int) -> Stepper:
+        return Stepper(self, n)
 
 
 class MemoryAgent(nn.Module):
@@ -159,18 +237,71 @@ class MemoryAgent(nn.Module):
         """The core's input: observation vectors ``[..., obs_dim]`` and the start flag -> ``[..., obs_dim + 1]``."""
         return torch.cat([obs, starts.to(obs.dtype)[..., None]], dim=-1)
 
+    def distribution(self, logits: Tensor) -> "ActionDistribution":
+        """The policy's distribution over actions for ``logits [..., n_actions]``."""
+        return ActionDistribution(logits, self.config.action_dims)
+
+    def heads(self, hidden: Tensor) -> Tuple[Tensor, Tensor]:
+        """The core's states ``[..., d]`` -> ``(logits [..., A], value [...])``."""
+        hidden = self.norm(hidden)
+        return self.policy(hidden), self.value(hidden).squeeze(-1)
+
     def replay(self, obs: Tensor, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
         """Windows: ``obs [N, T, obs_dim]``, ``starts [N, T]`` after ``state`` -> ``(logits [N, T, A],
         value [N, T], state after them)``."""
         hidden, state = self.core(self.inputs(obs, starts), starts, state)
-        hidden = self.norm(hidden)  # [N, T, d]
-        return self.policy(hidden), self.value(hidden).squeeze(-1), state
+        return (*self.heads(hidden), state)
 
     def step(self, obs: Tensor, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
-        """One step of every environment: ``obs [E, obs_dim]``, ``starts [E]`` -> ``(logits [E, A], value [E],
-        state)``."""
+        """One step of every environment from ``state``: ``obs [E, obs_dim]``, ``starts [E]`` -> ``(logits [E, A],
+        value [E], state)``. The same numbers as :meth:`stepper` (within float rounding), at the cost of the
+        memory's projection."""
         logits, value, state = self.replay(obs[:, None], starts[:, None], state)
         return logits[:, 0], value[:, 0], state
+
+    def stepper(self, n: int) -> "AgentStepper":
+        """Steps ``n`` environments, each with its own memory, from a fresh state (:class:`AgentStepper`)."""
+        return AgentStepper(self, n)
+
+    # ------------------------------------------------------------------ playing
+    @property
+    def encoder(self) -> Optional[ObservationEncoder]:
+        """How raw observations become vectors (saved with the agent); None for an agent that takes vectors."""
+        obs = self.config.observation
+        return None if obs is None else ObservationEncoder.from_json(obs)
+
+    @torch.no_grad()
+    def predict(self, observation, state: Optional[Tuple] = None, episode_start=None, deterministic: bool = False):
+        """Actions for raw observations, with the memory carried by the caller: Stable-Baselines3's protocol
+        (``RecurrentPPO.predict``).
+
+        Args:
+            observation: one environment's observation, or a batch of ``E`` (as a vector environment returns them).
+            state: what the previous call returned (None: a fresh memory).
+            episode_start: ``[E]`` bool, True where an episode begins with this observation (None: True on the first
+                call, False after); a start forgets the memory.
+            deterministic: the most likely action instead of a sample.
+        Returns:
+            ``(actions, state)``: ``actions`` an int array ``[E]`` (a plain int for one unbatched observation), and
+            the state to pass back: a tuple of numpy arrays, environments first.
+        """
+        encoder = self.encoder
+        batched = encoder.is_batch(observation) if encoder is not None else np.ndim(observation) == 2
+        obs = observation if batched else _add_batch(observation)
+        x = encoder.encode(obs) if encoder is not None else torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        x = x.to(self.policy.weight.device)
+        n = x.size(0)
+        if episode_start is None:
+            starts = torch.full((n,), state is None, dtype=torch.bool)
+        else:
+            starts = torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(n))
+        state = self.initial_state(n) if state is None else tuple(torch.as_tensor(t) for t in state)
+        logits, _, state = self.step(x, starts.to(x.device), state)
+        dist = self.distribution(logits)
+        actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
+        if not batched:
+            actions = int(actions[0]) if actions.ndim == 1 else actions[0]
+        return actions, tuple(t.cpu().numpy() for t in state)
 
     # ------------------------------------------------------------------ files
     def save_pretrained(self, directory) -> None:
@@ -197,6 +328,67 @@ class MemoryAgent(nn.Module):
         agent = cls(config)
         load_into(agent, load_safetensors(directory / WEIGHTS_NAME), str(directory / WEIGHTS_NAME))
         return agent.to(map_location).eval()
+
+
+class ActionDistribution:
+    """The policy over a Discrete action space (one categorical over ``logits [..., A]``), or over a MultiDiscrete
+    one (a categorical per dimension, over its slice of the logits; the dimensions are chosen independently, so
+    log-probabilities and entropies add up, as Stable-Baselines3's ``MultiCategoricalDistribution`` has it).
+    Actions are ``[...]`` (Discrete) or ``[..., len(dims)]`` (MultiDiscrete)."""
+
+    def __init__(self, logits: Tensor, dims: Optional[List[int]] = None):
+        self.dims = dims
+        self.parts = [Categorical(logits=part) for part in logits.split(dims, dim=-1)] if dims else \
+            [Categorical(logits=logits)]
+
+    def _join(self, per_part: List[Tensor]) -> Tensor:
+        return torch.stack(per_part, dim=-1) if self.dims else per_part[0]
+
+    def sample(self) -> Tensor:
+        return self._join([part.sample() for part in self.parts])
+
+    def mode(self) -> Tensor:
+        """The most likely action (in each dimension)."""
+        return self._join([part.logits.argmax(-1) for part in self.parts])
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        if not self.dims:
+            return self.parts[0].log_prob(actions)
+        return sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts))
+
+    def entropy(self) -> Tensor:
+        return sum(part.entropy() for part in self.parts)
+
+
+class AgentStepper:
+    """``n`` environments stepped together, each with its own memory (:meth:`MemoryAgent.stepper`)."""
+
+    def __init__(self, agent: MemoryAgent, n: int):
+        self.agent, self.core = agent, agent.core.stepper(n)
+
+    @property
+    def state(self) -> State:
+        """The memory after the last step, in the layout :meth:`MemoryAgent.replay` starts from."""
+        return self.core.state
+
+    def sync(self) -> None:
+        """Call after the agent's weights changed (each update): what the stepper keeps is projected anew."""
+        self.core.sync()
+
+    def step(self, obs: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
+        """``obs [n, obs_dim]``, ``starts [n]`` -> ``(logits [n, A], value [n])``; the memory moves one step."""
+        hidden = self.core.step(self.agent.inputs(obs[:, None], starts[:, None]), starts[:, None])
+        logits, value = self.agent.heads(hidden[:, 0])
+        return logits, value
+
+
+def _add_batch(observation):
+    """One environment's observation as a batch of one (dicts and tuples part by part)."""
+    if isinstance(observation, dict):
+        return {k: _add_batch(v) for k, v in observation.items()}
+    if isinstance(observation, tuple):
+        return tuple(_add_batch(v) for v in observation)
+    return np.asarray(observation)[None]
 
 
 def select(state: State, rows) -> State:

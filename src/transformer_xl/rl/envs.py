@@ -1,9 +1,11 @@
 """Gymnasium environments for the agent: a vector of environments stepped together, observations as vectors.
 
-* :func:`make_envs` builds ``n`` copies of one environment id in a ``gymnasium.vector.SyncVectorEnv`` with the
-  same-step autoreset: the step that ends an episode returns the next episode's first observation, so a
-  ``done`` at step ``t`` is a start at step ``t + 1``. POPGym ids (``popgym-RepeatFirstEasy-v0`` ...) are
-  registered by importing ``popgym``.
+* :func:`make_envs` builds ``n`` copies of one environment in a ``gymnasium.vector.SyncVectorEnv`` (or an
+  ``AsyncVectorEnv``, one process per copy, for environments whose own step is the cost) with the same-step
+  autoreset: the step that ends an episode returns the next episode's first observation, so a ``done`` at step
+  ``t`` is a start at step ``t + 1``. The environment is an id, with keyword arguments for its constructor, or a
+  factory (a callable that returns one). POPGym ids (``popgym-RepeatFirstEasy-v0`` ...) are registered by
+  importing ``popgym``; an id ``module:EnvId-v0`` imports ``module`` first, as ``gymnasium.make`` does.
 * :class:`ObservationEncoder` turns any observation of a ``Discrete``, ``MultiDiscrete``, ``MultiBinary``,
   ``Box``, or a ``Tuple``/``Dict`` of them, into a float vector ``[obs_dim]`` (one-hot codes for discrete parts).
 * Only ``Discrete`` action spaces are supported; anything else is one line.
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import List
+import os
+import sys
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -44,56 +48,118 @@ def register_env_family(env_id: str) -> None:
             raise MissingExtraError(f'{env_id} needs popgym: pip install "transformer-xl[rl]"') from None
 
 
+VECTORS = ("sync", "async")
+
+
 def check_env_id(env_id: str) -> None:
-    """One ConfigError line for an id gymnasium does not know, with the nearest registered ids."""
+    """One ConfigError line for an id gymnasium does not know, with the nearest registered ids. ``module:EnvId``
+    imports ``module`` first (it registers the id), as ``gymnasium.make`` does."""
     gym = gymnasium()
-    register_env_family(env_id)
-    if env_id in gym.envs.registry:
+    module, _, name = env_id.rpartition(":")
+    if module:
+        if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` and `python -c` have it
+            sys.path.append(os.getcwd())
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the user's module can raise anything on import
+            raise ConfigError(f"env: {env_id}: cannot import {module} ({type(exc).__name__}: {one_line(exc)}); "
+                              f"is it on the path (PYTHONPATH, or the current folder)?") from None
+    register_env_family(name)
+    if name in gym.envs.registry:
         return
-    near = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3, cutoff=0.6)
+    near = difflib.get_close_matches(name, list(gym.envs.registry), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(near)}?" if near else "; see gymnasium.pprint_registry() for the ids"
-    raise ConfigError(f"env: unknown environment id {env_id!r}{hint}")
+    where = f" (after importing {module})" if module else ""
+    raise ConfigError(f"env: unknown environment id {name!r}{where}{hint}")
 
 
-def make_envs(env_id: str, n: int, seed: int):
-    """``n`` copies of ``env_id`` stepped together, same-step autoreset, reset with seeds ``seed .. seed+n-1``.
-    Returns ``(envs, first_observations)``."""
+def env_factory(env, env_kwargs: Optional[dict] = None) -> Callable[[], Any]:
+    """A function that makes one environment: from an id (checked now, with ``env_kwargs`` for its constructor)
+    or from a factory given as it is."""
     gym = gymnasium()
-    check_env_id(env_id)
-    from gymnasium.vector import AutoresetMode, SyncVectorEnv  # the rl extra, imported on use
+    if callable(env):
+        if env_kwargs:
+            raise ConfigError("env_kwargs: give them to your own factory")
+        return env
+    check_env_id(env)
+    kwargs = dict(env_kwargs or {})
 
     def make():
-        return gym.make(env_id)
+        return gym.make(env, **kwargs)
 
+    return make
+
+
+def make_envs(env, n: int, seed: int, env_kwargs: Optional[dict] = None, vector: str = "sync"):
+    """``n`` copies of ``env`` (an id or a factory) stepped together, same-step autoreset, reset with seeds
+    ``seed .. seed+n-1``; ``vector``: ``sync`` (one process) or ``async`` (a process per copy). Returns
+    ``(envs, first_observations)``."""
+    make = env_factory(env, env_kwargs)
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # the rl extra, imported on use
+
+    if vector not in VECTORS:
+        raise ConfigError(f"vector: must be one of {', '.join(VECTORS)}, got {vector!r}")
+    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
     try:
-        envs = SyncVectorEnv([make for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
+        vector_class = SyncVectorEnv if vector == "sync" else AsyncVectorEnv
+        envs = vector_class([make for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
     except Exception as exc:  # an environment's constructor can raise anything
-        raise ConfigError(f"env: {env_id} could not be created ({type(exc).__name__}: {one_line(exc)})") from None
-    check_action_space(envs.single_action_space, env_id)
+        raise ConfigError(f"env: {name} could not be created ({type(exc).__name__}: {one_line(exc)})") from None
+    check_action_space(envs.single_action_space, name)
     obs, _ = envs.reset(seed=seed)
     envs.single_action_space.seed(seed)
     return envs, obs
 
 
-def check_action_space(space, env_id: str) -> int:
-    """The number of actions of a ``Discrete`` space; anything else is one ConfigError line."""
+def check_action_space(space, env_id: str) -> Tuple[int, Optional[List[int]]]:
+    """``(logits, dims)`` of a ``Discrete`` space (its actions, None) or a ``MultiDiscrete`` one (the sum of its
+    sizes, the sizes); anything else is one ConfigError line."""
     gym = gymnasium()
-    if not isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"env: {env_id} has actions {space}; txl rl supports discrete actions (Discrete(n)) only")
-    return int(space.n)
+    if isinstance(space, gym.spaces.Discrete):
+        if int(space.start) != 0:
+            raise ConfigError(f"env: {env_id} has actions {space}; txl rl needs them to start at 0")
+        return int(space.n), None
+    if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1 \
+            and not np.any(np.asarray(getattr(space, "start", 0))):
+        dims = [int(n) for n in space.nvec]
+        return sum(dims), dims
+    raise ConfigError(f"env: {env_id} has actions {space}; txl rl supports discrete actions (Discrete(n), or "
+                      f"MultiDiscrete of one dimension) only")
 
 
 class ObservationEncoder:
-    """A float vector for each observation of ``space`` (module docstring): ``encode(batch) -> [E, obs_dim]``."""
+    """A float vector for each observation of ``space`` (module docstring): ``encode(batch) -> [E, obs_dim]``.
 
-    def __init__(self, space, env_id: str = "env"):
-        self.parts = _parts(space, env_id)
-        self.dim = sum(width for _, width, _ in self.parts)
+    ``parts``: ``(path, width, kind, shape)`` per leaf of the space (``path``: the keys and indices that reach it;
+    ``kind``: ``"box"``, or the sizes of its one-hot codes; ``shape``: one observation's shape there). They are
+    what :meth:`to_json` saves with an agent, so a loaded agent encodes raw observations without the space.
+    """
+
+    def __init__(self, space=None, env_id: str = "env", *, parts=None):
+        self.parts = _parts(space, env_id) if parts is None else parts
+        self.dim = sum(width for _, width, _, _ in self.parts)
+
+    def to_json(self) -> list:
+        return [{"path": list(path), "width": width, "kind": kind if kind == "box" else list(kind),
+                 "shape": list(shape)} for path, width, kind, shape in self.parts]
+
+    @classmethod
+    def from_json(cls, parts: list) -> "ObservationEncoder":
+        return cls(parts=[(tuple(p["path"]), int(p["width"]), p["kind"] if p["kind"] == "box" else tuple(p["kind"]),
+                           tuple(p["shape"])) for p in parts])
+
+    def is_batch(self, obs) -> bool:
+        """Whether ``obs`` is a batch of observations (as a vector environment returns them) or one observation."""
+        path, _, _, shape = self.parts[0]
+        value = obs
+        for key in path:
+            value = value[key]
+        return np.ndim(value) > len(shape)
 
     def encode(self, obs) -> Tensor:
         """A batch of observations as the vector environment returns them -> ``[E, obs_dim]`` float32."""
         columns: List[np.ndarray] = []
-        for path, width, kind in self.parts:
+        for path, width, kind, _ in self.parts:
             value = obs
             for key in path:
                 value = value[key]
@@ -112,18 +178,16 @@ class ObservationEncoder:
 
 
 def _parts(space, env_id: str, path=()) -> list:
-    """``[(path, width, kind)]``: kind is ``"box"`` (floats as they are) or a tuple of one-hot sizes."""
+    """``[(path, width, kind, shape)]``: kind is ``"box"`` (floats as they are) or a tuple of one-hot sizes."""
     gym = gymnasium()
     spaces = gym.spaces
     if isinstance(space, spaces.Discrete):
-        return [(path, int(space.n), (int(space.n),))]
+        return [(path, int(space.n), (int(space.n),), ())]
     if isinstance(space, spaces.MultiDiscrete):
         sizes = tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
-        return [(path, sum(sizes), sizes)]
-    if isinstance(space, spaces.MultiBinary):
-        return [(path, int(np.prod(space.shape)), "box")]
-    if isinstance(space, spaces.Box):
-        return [(path, int(np.prod(space.shape)), "box")]
+        return [(path, sum(sizes), sizes, tuple(space.shape))]
+    if isinstance(space, (spaces.MultiBinary, spaces.Box)):
+        return [(path, int(np.prod(space.shape)), "box", tuple(space.shape))]
     if isinstance(space, spaces.Tuple):
         return [part for i, sub in enumerate(space.spaces) for part in _parts(sub, env_id, path + (i,))]
     if isinstance(space, spaces.Dict):

@@ -13,22 +13,27 @@ One iteration:
 
 GAE and the clipped loss are written out (each about ten lines) rather than taken from TorchRL: its
 ``ClipPPOLoss`` would run the memory core once for the actor and once for the critic, and the package would add
-a dependency whose compiled extension must match the installed torch. A truncated episode is cut like a
-terminated one (no bootstrap from its last observation), as CleanRL does; POPGym's episodes only terminate.
+a dependency whose compiled extension must match the installed torch. An episode cut short by a time limit
+(truncated, not terminated) is bootstrapped as Stable-Baselines3 does: its last reward gets ``gamma`` times the
+value of its final observation, read with the memory the episode had.
+
+The same collector and update serve ``txl rl`` (Gymnasium vector environments, :class:`GymVector`) and
+:class:`transformer_xl.sb3.TransformerXLPPO` (Stable-Baselines3's ``VecEnv``): an environment adapter steps the
+environments and says which episodes ended and how, and the agent is anything with ``stepper``, ``step``,
+``replay`` and ``initial_state`` (:class:`~.agent.MemoryAgent`, or the Stable-Baselines3 policy around it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.distributions import Categorical
 
 from ..errors import ConfigError
-from .agent import MemoryAgent, State, select, take_window_state
+from .agent import MemoryAgent, State, _add_batch, select, take_window_state
 
 
 @dataclasses.dataclass
@@ -59,67 +64,132 @@ class PPOConfig:
                               f"iteration, got {self.minibatches}")
 
 
+Obs = Any  # an encoded batch of observations: a tensor [E, ...], or a dict of them (Dict spaces under SB3)
+
+
 @dataclasses.dataclass
 class Batch:
     """One iteration's experience, time first: ``[T, E, ...]``; ``window_states[w]``: the state at step ``w*L``."""
 
-    obs: Tensor  # [T, E, obs_dim]
+    obs: Obs  # [T, E, obs_dim] (or a dict of [T, E, ...])
     starts: Tensor  # [T, E] bool: an episode begins at this step
-    actions: Tensor  # [T, E]
+    actions: Tensor  # [T, E] (MultiDiscrete: [T, E, dims])
     log_probs: Tensor  # [T, E]
     values: Tensor  # [T, E]
-    rewards: Tensor  # [T, E]
+    rewards: Tensor  # [T, E], bootstrapped where a time limit cut the episode
     dones: Tensor  # [T, E] bool: the episode ended with this step's action
     window_states: List[State]
     last_value: Tensor  # [E]: the value of the observation after the last step
     advantages: Tensor = None  # [T, E], from advantages()
     returns: Tensor = None  # [T, E]
 
+    @property
+    def steps(self) -> int:
+        return self.starts.size(0)
+
+
+@dataclasses.dataclass
+class Stepped:
+    """What the environments did with one action each: the next observations (raw), rewards ``[E]``, which
+    episodes ended ``[E]``, and the final observation of each episode a time limit cut (environment -> raw
+    observation), to be bootstrapped."""
+
+    obs: Any
+    reward: np.ndarray
+    done: np.ndarray
+    truncated: Dict[int, Any]
+    infos: Any = None  # the environments' own (SB3: one dict per environment)
+
+
+class GymVector:
+    """A Gymnasium vector environment with the same-step autoreset (:func:`~.envs.make_envs`), as the collector
+    steps it: the step that ends an episode returns the next one's first observation; the last one is in
+    ``info["final_obs"]``."""
+
+    def __init__(self, envs):
+        self.envs, self.num_envs = envs, envs.num_envs
+
+    def step(self, actions: np.ndarray) -> Stepped:
+        obs, reward, terminated, truncated, info = self.envs.step(actions)
+        cut = np.flatnonzero(np.logical_and(truncated, np.logical_not(terminated)))
+        finals = {int(i): info["final_obs"][i] for i in cut} if len(cut) and "final_obs" in info else {}
+        return Stepped(obs, np.asarray(reward, dtype=np.float64), np.logical_or(terminated, truncated), finals)
+
 
 class Collector:
-    """Steps the environments and keeps each one's memory between iterations; counts finished episodes."""
+    """Steps the environments and keeps each one's memory between iterations; counts finished episodes.
 
-    def __init__(self, envs, encoder, agent: MemoryAgent, first_obs):
-        self.envs, self.encoder, self.agent = envs, encoder, agent
+    ``envs``: an adapter (:class:`GymVector`); ``encode(raw) -> Obs`` turns the raw observations of a batch of
+    environments into the agent's input; ``gamma`` is the discount of the time-limit bootstrap.
+    """
+
+    def __init__(self, envs, encode: Callable[[Any], Obs], agent: MemoryAgent, first_obs, gamma: float = 0.99):
+        self.envs, self.encode, self.agent, self.gamma = envs, encode, agent, gamma
         n = envs.num_envs
-        self.obs = encoder.encode(first_obs)  # [E, obs_dim]
+        self.raw_obs, self.obs = first_obs, encode(first_obs)  # as the environments gave them; [E, ...]
         self.starts = torch.ones(n, dtype=torch.bool)  # every environment begins an episode
-        self.state = agent.initial_state(n)
+        self.stepper = agent.stepper(n)
         self.running = np.zeros(n)
-        self.finished: List[float] = []  # returns of finished episodes, in order
+        self.finished: List[float] = []  # returns of finished episodes, in order (the callers keep the last ones)
+        self.episodes = 0  # episodes finished, in all
+
+    @property
+    def state(self) -> State:
+        """Every environment's memory now (after the last step)."""
+        return self.stepper.state
 
     @torch.no_grad()
-    def collect(self, rollout: int, window: int) -> Batch:
-        """``rollout`` steps of every environment (module docstring, step 1)."""
-        agent = self.agent
+    def collect(self, rollout: int, window: int, on_step: Optional[Callable[[Stepped], bool]] = None
+                ) -> Optional[Batch]:
+        """``rollout`` steps of every environment (module docstring, step 1). ``on_step`` is called after each
+        step of the environments; when it returns False, collection stops and None is returned."""
         obs, starts, actions, log_probs, values, rewards, dones, window_states = ([] for _ in range(8))
+        self.stepper.sync()  # the update changed the weights: the memory is projected with the new ones
         for t in range(rollout):
             if t % window == 0:
-                window_states.append(take_window_state(self.state))
-            logits, value, self.state = agent.step(self.obs, self.starts, self.state)
-            dist = Categorical(logits=logits)
+                window_states.append(take_window_state(self.stepper.state))
+            logits, value = self.stepper.step(self.obs, self.starts)
+            dist = self.agent.distribution(logits)
             action = dist.sample()
-            next_obs, reward, terminated, truncated, _ = self.envs.step(action.numpy())
-            done = np.logical_or(terminated, truncated)
-            self._count(reward, done)
+            stepped = self.envs.step(action.cpu().numpy())
+            self._count(stepped.reward, stepped.done)
+            reward = torch.as_tensor(stepped.reward, dtype=torch.float32)
+            for i, final in stepped.truncated.items():  # a time limit: bootstrap from the final observation
+                reward[i] += self.gamma * float(self._value_of(final, i))
             obs.append(self.obs)
             starts.append(self.starts)
             actions.append(action)
             log_probs.append(dist.log_prob(action))
             values.append(value)
-            rewards.append(torch.as_tensor(reward, dtype=torch.float32))
-            dones.append(torch.as_tensor(done))
-            self.obs, self.starts = self.encoder.encode(next_obs), torch.as_tensor(done)  # same-step autoreset
-        _, last_value, _ = agent.step(self.obs, self.starts, self.state)  # a look ahead: the state is not kept
-        stack = torch.stack
-        return Batch(stack(obs), stack(starts), stack(actions), stack(log_probs), stack(values), stack(rewards),
-                     stack(dones), window_states, last_value)
+            rewards.append(reward)
+            dones.append(torch.as_tensor(stepped.done))
+            self.raw_obs = stepped.obs  # same-step autoreset: a done is a start at the next step
+            self.obs, self.starts = self.encode(stepped.obs), torch.as_tensor(stepped.done)
+            if on_step is not None and not on_step(stepped):
+                return None
+        _, last_value, _ = self.agent.step(self.obs, self.starts, self.stepper.state)  # a look ahead, not kept
+        return Batch(stack(obs), torch.stack(starts), torch.stack(actions), torch.stack(log_probs),
+                     torch.stack(values), torch.stack(rewards), torch.stack(dones), window_states, last_value)
+
+    def _value_of(self, final_obs, i: int) -> Tensor:
+        """The value of environment ``i``'s final observation, read with the memory its episode had."""
+        x = self.encode(_add_batch(final_obs))
+        _, value, _ = self.agent.step(x, torch.zeros(1, dtype=torch.bool), select(self.stepper.state, [i]))
+        return value[0]
 
     def _count(self, reward, done) -> None:
         self.running += reward
         for i in np.flatnonzero(done):
             self.finished.append(float(self.running[i]))
             self.running[i] = 0.0
+            self.episodes += 1
+
+
+def stack(steps: List[Obs]) -> Obs:
+    """Observations of each step ``[E, ...]`` -> ``[T, E, ...]`` (dicts key by key)."""
+    if isinstance(steps[0], dict):
+        return {k: torch.stack([x[k] for x in steps]) for k in steps[0]}
+    return torch.stack(steps)
 
 
 def advantages(batch: Batch, gamma: float, lam: float) -> None:
@@ -135,8 +205,11 @@ def advantages(batch: Batch, gamma: float, lam: float) -> None:
     batch.advantages, batch.returns = adv, adv + batch.values
 
 
-def windows(x: Tensor, window: int) -> Tensor:
-    """``[T, E, ...]`` -> ``[W*E, L, ...]``: window ``w`` of environment ``e`` is row ``w*E + e``."""
+def windows(x: Obs, window: int) -> Obs:
+    """``[T, E, ...]`` -> ``[W*E, L, ...]``: window ``w`` of environment ``e`` is row ``w*E + e`` (dicts key by
+    key)."""
+    if isinstance(x, dict):
+        return {k: windows(v, window) for k, v in x.items()}
     t, e = x.shape[:2]
     return x.view(t // window, window, e, *x.shape[2:]).transpose(1, 2).reshape(t // window * e, window,
                                                                                 *x.shape[2:])
@@ -150,9 +223,11 @@ def window_state(batch: Batch, rows: Tensor) -> State:
 
 def replay(agent: MemoryAgent, batch: Batch, rows: Tensor, window: int):
     """Log-probabilities of the taken actions, values and entropies of windows ``rows``: 3 x ``[N, L]``."""
-    obs, starts, actions = (windows(x, window)[rows] for x in (batch.obs, batch.starts, batch.actions))
+    starts, actions = (windows(x, window)[rows] for x in (batch.starts, batch.actions))
+    obs = windows(batch.obs, window)
+    obs = {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
     logits, value, _ = agent.replay(obs, starts, window_state(batch, rows))
-    dist = Categorical(logits=logits)
+    dist = agent.distribution(logits)
     return dist.log_prob(actions), value, dist.entropy()
 
 
@@ -174,7 +249,7 @@ def ppo_loss(new_log_probs: Tensor, old_log_probs: Tensor, adv: Tensor, values: 
 def update(agent: MemoryAgent, optimizer, batch: Batch, cfg: PPOConfig, window: int, gen: torch.Generator
            ) -> Dict[str, float]:
     """``epochs`` passes over shuffled minibatches of windows (module docstring, step 3); mean statistics."""
-    n_windows = batch.obs.size(0) // window * batch.obs.size(1)
+    n_windows = batch.starts.size(0) // window * batch.starts.size(1)
     old = [windows(x, window) for x in (batch.log_probs, batch.advantages, batch.returns)]
     totals: Dict[str, float] = {}
     count = 0
@@ -193,4 +268,5 @@ def update(agent: MemoryAgent, optimizer, batch: Batch, cfg: PPOConfig, window: 
     return {k: v / count for k, v in totals.items()}
 
 
-__all__ = ["Batch", "Collector", "PPOConfig", "advantages", "ppo_loss", "replay", "select", "update", "windows"]
+__all__ = ["Batch", "Collector", "GymVector", "PPOConfig", "Stepped", "advantages", "ppo_loss", "replay", "select",
+           "update", "windows"]

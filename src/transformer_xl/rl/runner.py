@@ -11,13 +11,14 @@ iteration, writes a checkpoint and stops; the same signal again stops at once.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -25,13 +26,13 @@ import yaml
 from tqdm import tqdm
 
 from ..analysis.figures import pyplot, save_figure
-from ..errors import ConfigError, TXLError
+from ..errors import ConfigError, TXLError, one_line
 from ..files import atomic_write_text
 from ..training import checkpoint_files as ckpt
 from ..training.lock import RunLock
 from ..training.metrics_log import MetricsLogger
 from ..training.signals import stop_requests
-from . import ppo
+from . import ppo, presets
 from .agent import AgentConfig, MemoryAgent
 from .envs import ObservationEncoder, check_action_space, make_envs
 
@@ -41,10 +42,17 @@ SETTINGS_NAME = "run.yaml"
 RETURN_WINDOW = 100  # mean_return: the mean of the last 100 finished episodes
 
 
+#: The agent's settings and their defaults (the fields of :class:`AgentConfig` that are not the environment's).
+AGENT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(AgentConfig)
+                  if f.name not in ("obs_dim", "n_actions", "action_dims", "env_id", "observation")}
+
+
 @dataclasses.dataclass
 class RLSettings:
     """Everything ``txl rl`` takes (its flags), typed. ``agent``: fields of :class:`AgentConfig` other than the
-    environment's sizes; ``ppo``: :class:`~.ppo.PPOConfig`."""
+    environment's sizes; ``ppo``: :class:`~.ppo.PPOConfig`. ``env_kwargs`` go to the environment's constructor
+    (``gymnasium.make(env_id, **env_kwargs)``). ``env_fn``: a factory that makes one environment, used instead of
+    ``env_id`` (which then only names the run); not saved, so a resumed run must be given it again."""
 
     env_id: str
     steps: int = 300_000
@@ -55,9 +63,12 @@ class RLSettings:
     save_every: int = 20  # iterations between checkpoints (and one at the end)
     keep_checkpoints: int = 2
     progress: bool = True
-    tensorboard: bool = True
-    agent: dict = dataclasses.field(default_factory=dict)
+    tensorboard: Optional[bool] = None  # None: when tensorboard is installed, without a word when it is not
+    env_kwargs: dict = dataclasses.field(default_factory=dict)
+    vector: str = "sync"  # sync | async (one process per environment)
+    agent: dict = dataclasses.field(default_factory=lambda: dict(AGENT_DEFAULTS))
     ppo: ppo.PPOConfig = dataclasses.field(default_factory=ppo.PPOConfig)
+    env_fn: Optional[Callable[[], Any]] = dataclasses.field(default=None, repr=False, compare=False)
 
     def check(self) -> None:
         for name, low in (("steps", 1), ("threads", 1), ("save_every", 1), ("keep_checkpoints", 1)):
@@ -66,16 +77,94 @@ class RLSettings:
         unknown = sorted(set(self.agent) - {f.name for f in dataclasses.fields(AgentConfig)})
         if unknown:
             raise ConfigError(f"agent: unknown field(s) {', '.join(unknown)}")
+        if not isinstance(self.env_kwargs, dict):
+            raise ConfigError(f"env_kwargs: must be a mapping of keyword arguments, got {self.env_kwargs!r}")
+
+    @property
+    def env(self):
+        """What makes the environments: the factory, else the id."""
+        return self.env_fn if self.env_fn is not None else self.env_id
+
+    @property
+    def iteration_steps(self) -> int:
+        return self.ppo.envs * self.ppo.rollout
+
+    @property
+    def total_steps(self) -> int:
+        """``steps`` rounded up to whole iterations (``envs x rollout`` environment steps each)."""
+        return math.ceil(self.steps / self.iteration_steps) * self.iteration_steps
 
     def to_dict(self) -> dict:
-        out = dataclasses.asdict(self)
-        out.pop("resume")
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("resume", "env_fn")}
+        out["ppo"] = dataclasses.asdict(self.ppo)
+        out["env_kwargs"], out["agent"] = dict(self.env_kwargs), dict(self.agent)
         return out
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RLSettings":
+        """Settings from ``to_dict``'s form (``run.yaml``, a preset merged into the defaults); one ConfigError line
+        naming an unknown field."""
+        values = dict(values)
+        known = {f.name for f in dataclasses.fields(cls)} - {"env_fn"}
+        unknown = sorted(set(values) - known)
+        ppo_values = dict(values.pop("ppo", None) or {})
+        ppo_unknown = sorted(set(ppo_values) - {f.name for f in dataclasses.fields(ppo.PPOConfig)})
+        if unknown or ppo_unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(unknown + ['ppo.' + k for k in ppo_unknown])}")
+        return cls(**values, ppo=ppo.PPOConfig(**ppo_values))
+
+
+def merge(*layers: dict) -> dict:
+    """Settings in ``to_dict``'s form, each layer over the ones before (``agent``, ``ppo`` and ``env_kwargs`` field
+    by field)."""
+    out: Dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and key in ("agent", "ppo"):
+                out[key] = {**out.get(key, {}), **value}
+            else:
+                out[key] = value
+    return out
+
+
+def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, resume: bool = False
+                     ) -> Tuple[RLSettings, List[str]]:
+    """The settings of a run, and where they came from (for the first line it prints): the defaults, then the
+    preset of the environment's family (:mod:`.presets`), then, when resuming, the run's own ``run.yaml``, then
+    ``given`` (the flags a user typed, in ``to_dict``'s form, partial). Returns ``(settings, sources)``."""
+    layers, sources = [RLSettings(env_id=env_id).to_dict()], ["defaults"]
+    preset = presets.match(env_id)
+    if preset is not None:
+        layers.append(preset.settings)
+        sources.append(f"preset {preset.name} ({preset.describe()})")
+    saved = Path(run_dir or given.get("run_dir") or RLSettings.run_dir) / SETTINGS_NAME
+    if resume and saved.is_file():
+        layers.append(_read_settings(saved, env_id))
+        sources.append(f"{saved}")
+    if given:
+        layers.append(given)
+        sources.append("flags")
+    settings = RLSettings.from_dict(merge(*layers, {"env_id": env_id}))
+    settings.resume = resume
+    return settings, sources
+
+
+def _read_settings(path: Path, env_id: str) -> dict:
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not readable ({one_line(exc)})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected the settings of a txl rl run")
+    if values.get("env_id") not in (None, env_id):
+        raise ConfigError(f"{path}: the run trained on {values['env_id']}, not {env_id}; resume it with that id or "
+                          f"choose another --run-dir")
+    return values
 
 
 @dataclasses.dataclass
 class RLResult:
-    """What a run reports (``txl rl --json`` prints it)."""
+    """What a run reports (``txl rl --json`` prints it; ``agent`` is not printed)."""
 
     env: str
     steps: int
@@ -84,26 +173,48 @@ class RLResult:
     episodes: int
     run_dir: str
     stopped_by: str = "steps"  # steps | SIGINT | SIGTERM
+    agent: Optional[MemoryAgent] = dataclasses.field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "agent"}
 
 
-def train_agent(settings: RLSettings) -> RLResult:
-    """Train (or resume) the run ``settings.run_dir`` (module docstring)."""
+def train_agent(settings: RLSettings, announce: Optional[Callable[[], None]] = None) -> RLResult:
+    """Train (or resume) the run ``settings.run_dir`` (module docstring); the result holds the trained agent.
+    ``announce`` is called once the environments and settings are checked, before anything is written."""
     settings.check()
     torch.set_num_threads(settings.threads)
-    envs, first_obs = make_envs(settings.env_id, settings.ppo.envs, settings.seed)  # bad ids fail before any write
+    envs, first_obs = make_envs(settings.env, settings.ppo.envs, settings.seed, settings.env_kwargs,
+                                settings.vector)  # bad ids fail before any write
     try:
         encoder = ObservationEncoder(envs.single_observation_space, settings.env_id)
-        config = AgentConfig(obs_dim=encoder.dim, n_actions=check_action_space(envs.single_action_space,
-                                                                               settings.env_id),
-                             env_id=settings.env_id, **settings.agent)
+        n_actions, action_dims = check_action_space(envs.single_action_space, settings.env_id)
+        config = AgentConfig(obs_dim=encoder.dim, n_actions=n_actions, action_dims=action_dims,
+                             env_id=settings.env_id, observation=encoder.to_json(), **settings.agent)
         settings.ppo.check(config.window)
+        if announce is not None:
+            announce()
         with Run(settings) as run:
             return run.train(envs, encoder, first_obs, config)
     finally:
         envs.close()
+
+
+def train(env, steps: int = 300_000, *, run_dir: str = "runs/rl", **options) -> RLResult:
+    """Train an agent on ``env`` (a Gymnasium id, ``"module:EnvId-v0"``, or a factory that returns an environment)
+    for ``steps`` environment steps, as ``txl rl`` does with the same settings (presets included); ``options``
+    are :class:`RLSettings` fields (``agent=dict(mem_len=...)``, ``ppo=dict(gamma=...)``, ``env_kwargs``...).
+    Returns the :class:`RLResult`, whose ``agent`` is the trained :class:`MemoryAgent`."""
+    env_fn = env if callable(env) else None
+    env_id = env if isinstance(env, str) else options.pop("env_id", getattr(env, "__name__", "env"))
+    ppo_options = options.pop("ppo", {}) or {}
+    if isinstance(ppo_options, ppo.PPOConfig):
+        ppo_options = dataclasses.asdict(ppo_options)
+    resume = bool(options.pop("resume", False))
+    settings, _ = resolve_settings(env_id, {**options, "steps": steps, "run_dir": run_dir, "ppo": ppo_options},
+                                   resume=resume)
+    settings.env_fn = env_fn
+    return train_agent(settings)
 
 
 class Run:
@@ -135,34 +246,35 @@ class Run:
         torch.manual_seed(s.seed)
         agent = MemoryAgent(config)
         optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
-        state = {"step": 0, "iteration": 0, "seconds": 0.0, "returns": []}
+        state = {"step": 0, "iteration": 0, "seconds": 0.0, "returns": [], "episodes": 0}
         if latest is not None:
             state = self._restore(latest, agent, optimizer)
         atomic_write_text(self.path / SETTINGS_NAME, yaml.safe_dump(s.to_dict(), sort_keys=False))
-        collector = ppo.Collector(envs, encoder, agent, first_obs)
-        collector.finished = list(state["returns"])
+        collector = ppo.Collector(ppo.GymVector(envs), encoder.encode, agent, first_obs, cfg.gamma)
+        collector.finished, collector.episodes = list(state["returns"]), state["episodes"]
         gen = torch.Generator().manual_seed(s.seed + state["iteration"])
-        metrics = MetricsLogger(self.path, s.tensorboard, truncate_after_step=state["step"])
-        per_iteration = cfg.envs * cfg.rollout
-        total_iterations = math.ceil(s.steps / per_iteration)
+        metrics = MetricsLogger(self.path, _tensorboard(s.tensorboard), truncate_after_step=state["step"])
+        total_iterations = s.total_steps // s.iteration_steps
         bar = _progress(s, state["step"])
         stopped_by, start = "steps", time.perf_counter() - state["seconds"]
         try:
             with stop_requests() as stop:
-                while state["step"] < s.steps and not stop.requested:
+                while state["step"] < s.total_steps and not stop.requested:
                     if cfg.anneal_lr:
                         for group in optimizer.param_groups:
                             group["lr"] = cfg.lr * (1.0 - state["iteration"] / total_iterations)
                     batch = collector.collect(cfg.rollout, config.window)
                     ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
                     stats = ppo.update(agent, optimizer, batch, cfg, config.window, gen)
-                    state["step"] += per_iteration
+                    state["step"] += s.iteration_steps
                     state["iteration"] += 1
                     state["seconds"] = time.perf_counter() - start
+                    state["episodes"] = collector.episodes
+                    del collector.finished[:-RETURN_WINDOW]  # the returns the records and checkpoints need
                     record = self._record(state, collector.finished, stats)
                     metrics.log(record)
-                    _advance(bar, per_iteration, record)
-                    if state["iteration"] % s.save_every == 0 or state["step"] >= s.steps:
+                    _advance(bar, s.iteration_steps, record)
+                    if state["iteration"] % s.save_every == 0 or state["step"] >= s.total_steps:
                         self._save(agent, optimizer, state, collector.finished)
                 if stop.requested:
                     stopped_by = stop.name
@@ -175,14 +287,14 @@ class Run:
         self._plot()
         recent = collector.finished[-RETURN_WINDOW:]
         return RLResult(env=s.env_id, steps=state["step"], seconds=round(state["seconds"], 2),
-                        mean_return=float(np.mean(recent)) if recent else None, episodes=len(collector.finished),
-                        run_dir=str(self.path), stopped_by=stopped_by)
+                        mean_return=float(np.mean(recent)) if recent else None, episodes=state["episodes"],
+                        run_dir=str(self.path), stopped_by=stopped_by, agent=agent.eval())
 
     @staticmethod
     def _record(state: dict, finished: List[float], stats: dict) -> dict:
         recent = finished[-RETURN_WINDOW:]
         return {"step": state["step"], "iteration": state["iteration"], "seconds": round(state["seconds"], 3),
-                "mean_return": float(np.mean(recent)) if recent else None, "episodes": len(finished),
+                "mean_return": float(np.mean(recent)) if recent else None, "episodes": state["episodes"],
                 "steps_per_second": round(state["step"] / max(state["seconds"], 1e-9), 1),
                 **{k: round(v, 6) for k, v in stats.items()}}
 
@@ -195,6 +307,8 @@ class Run:
             raise ConfigError(f"run_dir: {self.path} already holds checkpoints; pass --resume to continue it, or "
                               f"choose another --run-dir")
         saved = MemoryAgent.from_pretrained(latest).config
+        if saved.observation is None:  # saved before agents kept their observation encoding
+            saved.observation = config.observation
         if saved != config:
             changed = [f.name for f in dataclasses.fields(config) if getattr(saved, f.name) != getattr(config, f.name)]
             raise ConfigError(f"{latest}: the run's agent differs in {', '.join(changed)}; resume with the run's own "
@@ -216,7 +330,9 @@ class Run:
         optimizer.load_state_dict(optimizer_state)
         ckpt.set_rng_state(tensors)
         log.info("resumed %s at step %d", directory, trainer_state["step"])
-        return {k: trainer_state[k] for k in ("step", "iteration", "seconds", "returns")}
+        restored = {k: trainer_state[k] for k in ("step", "iteration", "seconds", "returns")}
+        restored["episodes"] = int(trainer_state.get("episodes", len(restored["returns"])))
+        return restored
 
     def _plot(self) -> None:
         """``returns.png``: mean return of the last 100 episodes against steps (skipped without matplotlib)."""
@@ -245,10 +361,15 @@ def _read_records(path: Path) -> List[dict]:
     return records
 
 
+def _tensorboard(asked: Optional[bool]) -> bool:
+    """TensorBoard events when asked for (a notice when tensorboard is missing), or, by default, when installed."""
+    return asked if asked is not None else importlib.util.find_spec("tensorboard") is not None
+
+
 def _progress(settings: RLSettings, initial: int):
     if not settings.progress:
         return None
-    return tqdm(total=settings.steps, initial=initial, unit="step", file=sys.stderr, dynamic_ncols=True,
+    return tqdm(total=settings.total_steps, initial=initial, unit="step", file=sys.stderr, dynamic_ncols=True,
                 desc=settings.env_id)
 
 

@@ -1,0 +1,88 @@
+"""What one collection step of an agent costs: the memory stepped through the decoding cache (what ``txl rl`` and
+``TransformerXLPPO`` collect with) against the fixed-length memory projected again at every step (the path the
+update's replay and ``predict`` take), at several memory lengths, side by side in one process.
+
+A step is one observation for each of ``--envs`` environments through the default agent (GTrXL, 2 layers,
+d_model 64), without the environments: the figures are the agent's own cost. Each figure is the median over
+``--repeats`` timings of ``--steps`` steps, after the memory is full; one torch thread by default (see
+docs/RL.md, Threads). Prints a markdown table with the CPU named::
+
+    python benchmarks/rl_step.py
+    python benchmarks/rl_step.py --mem-lens 64 256 1024 --threads 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import cpu_description
+
+from transformer_xl.rl import AgentConfig, MemoryAgent
+
+
+def time_steps(step, steps: int, repeats: int) -> float:
+    """Median seconds per step over ``repeats`` runs of ``steps`` steps."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times)
+
+
+@torch.no_grad()
+def measure(mem_len: int, envs: int, steps: int, repeats: int) -> tuple:
+    torch.manual_seed(0)
+    agent = MemoryAgent(AgentConfig(obs_dim=8, n_actions=4, mem_len=mem_len)).eval()
+    obs, starts = torch.randn(envs, 8), torch.zeros(envs, dtype=torch.bool)
+    state = [agent.initial_state(envs)]
+    stepper = agent.stepper(envs)
+    for _ in range(mem_len + 8):  # a full memory: the steady state of a long episode
+        state[0] = agent.step(obs, starts, state[0])[2]
+        stepper.step(obs, starts)
+
+    def fixed():
+        state[0] = agent.step(obs, starts, state[0])[2]
+
+    def cached():
+        stepper.step(obs, starts)
+
+    # interleaved, so that a drift of the machine's speed affects both alike
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(time_steps(fixed, steps, 1))
+        b.append(time_steps(cached, steps, 1))
+    return statistics.median(a), statistics.median(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mem-lens", type=int, nargs="*", default=[64, 256])
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, nargs="*", default=[1])
+    args = parser.parse_args()
+    print(f"{cpu_description()}; torch {torch.__version__}; {args.envs} environments per step\n")
+    print("| threads | memory | fixed-length memory, projected each step | decoding cache | ratio |")
+    print("|---|---|---|---|---|")
+    base = {}
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for mem_len in args.mem_lens:
+            fixed, cached = measure(mem_len, args.envs, args.steps, args.repeats)
+            base.setdefault(threads, cached)
+            print(f"| {threads} | M = {mem_len} | {fixed * 1e3:.2f} ms | {cached * 1e3:.2f} ms "
+                  f"({cached / base[threads]:.2f}x M = {args.mem_lens[0]}) | {fixed / cached:.1f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Playing a trained agent (``txl rl-eval RUN_DIR``): episodes with the memory carried, the mean return and its
+spread, and optionally a video.
+
+The agent comes from a run directory (its ``agent/``) or an agent folder; the environment from what the agent was
+trained on (``agent.json``'s ``env_id`` and the run's ``run.yaml`` ``env_kwargs``), or from the caller. Episodes
+are spread over ``envs`` environments stepped together as Stable-Baselines3's ``evaluate_policy`` spreads them
+(each plays its share, so short episodes are not over-counted), each environment with its own memory, forgotten at
+every episode's first step. Actions are the most likely ones unless ``deterministic`` is off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+import yaml
+
+from ..errors import ConfigError, MissingExtraError, one_line
+from .agent import MemoryAgent
+from .envs import ObservationEncoder, env_factory, gymnasium, make_envs
+
+SETTINGS_NAME = "run.yaml"
+
+
+@dataclasses.dataclass
+class PlaySettings:
+    """``txl rl-eval``'s flags: episodes in all, environments stepped together, greedy or sampled actions, the seed
+    of the environments (and of the sampling), constructor arguments (None: the run's own), a folder for videos."""
+
+    episodes: int = 100
+    envs: int = 8
+    deterministic: bool = True
+    seed: int = 0
+    env_kwargs: Optional[dict] = None
+    video: Optional[str] = None
+    threads: int = 1
+
+    def check(self) -> None:
+        for name in ("episodes", "envs", "threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass
+class PlayResult:
+    """What ``txl rl-eval`` prints (``--json``: every field)."""
+
+    env: str
+    episodes: int
+    mean_return: float
+    std_return: float
+    min_return: float
+    max_return: float
+    mean_length: float
+    deterministic: bool
+    seconds: float
+    video: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_played(path) -> tuple:
+    """``(agent, env_id, env_kwargs)`` of a run directory or agent folder (one CheckpointError line otherwise)."""
+    path = Path(path)
+    agent = MemoryAgent.from_pretrained(path)
+    settings = next((p / SETTINGS_NAME for p in (path, path.parent) if (p / SETTINGS_NAME).is_file()), None)
+    kwargs = {}
+    if settings is not None:
+        values = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
+        kwargs = dict(values.get("env_kwargs") or {}) if isinstance(values, dict) else {}
+    return agent, agent.config.env_id, kwargs
+
+
+def play(path, settings: Optional[PlaySettings] = None, env=None) -> PlayResult:
+    """Play the agent of ``path`` (a run directory or an agent folder) for ``settings.episodes`` episodes (module
+    docstring). ``env``: an id or a factory to play on instead of the one the agent was trained on."""
+    s = settings or PlaySettings()
+    s.check()
+    torch.set_num_threads(s.threads)
+    agent, env_id, kwargs = load_played(path)
+    env = env if env is not None else env_id
+    if not env:
+        raise ConfigError(f"{path}: the agent does not name its environment; give one (env=...)")
+    kwargs = kwargs if s.env_kwargs is None else s.env_kwargs
+    if agent.config.observation is None:
+        raise ConfigError(f"{path}: the agent was saved without its observation encoding; retrain it with this "
+                          f"version, or step it by hand with vectors")
+    if s.video:
+        return _play_recorded(agent, env, kwargs, s)
+    n = min(s.envs, s.episodes)
+    envs, obs = make_envs(env, n, s.seed, kwargs if isinstance(env, str) else None)
+    try:
+        returns, lengths, seconds = _episodes(agent, envs, obs, s)
+    finally:
+        envs.close()
+    return _result(env, returns, lengths, s, seconds)
+
+
+def _targets(episodes: int, n: int) -> np.ndarray:
+    """Episodes each environment plays: ``episodes`` spread evenly, the first ones one more."""
+    return np.array([(episodes + i) // n for i in range(n)], dtype=int)
+
+
+@torch.no_grad()
+def _episodes(agent: MemoryAgent, envs, obs, s: PlaySettings):
+    encoder = ObservationEncoder.from_json(agent.config.observation)
+    n = envs.num_envs
+    targets, counts = _targets(s.episodes, n), np.zeros(n, dtype=int)
+    running, length = np.zeros(n), np.zeros(n, dtype=int)
+    returns: List[float] = []
+    lengths: List[int] = []
+    stepper, starts = agent.stepper(n), torch.ones(n, dtype=torch.bool)
+    torch.manual_seed(s.seed)  # the sampled actions
+    start = time.perf_counter()
+    while (counts < targets).any():
+        logits, _ = stepper.step(encoder.encode(obs), starts)
+        dist = agent.distribution(logits)
+        actions = dist.mode() if s.deterministic else dist.sample()
+        obs, reward, terminated, truncated, _ = envs.step(actions.numpy())
+        done = np.logical_or(terminated, truncated)
+        running += reward
+        length += 1
+        for i in np.flatnonzero(done):
+            if counts[i] < targets[i]:
+                returns.append(float(running[i]))
+                lengths.append(int(length[i]))
+                counts[i] += 1
+            running[i], length[i] = 0.0, 0
+        starts = torch.as_tensor(done)
+    return returns, lengths, time.perf_counter() - start
+
+
+def _play_recorded(agent: MemoryAgent, env, kwargs: dict, s: PlaySettings) -> PlayResult:
+    """One environment, its frames written by Gymnasium's ``RecordVideo`` (every episode) into ``s.video``."""
+    gym = gymnasium()
+    try:
+        from gymnasium.wrappers import RecordVideo
+    except ImportError as exc:
+        raise MissingExtraError(f"--video: {one_line(exc)}") from None
+    try:
+        import moviepy  # noqa: F401  (RecordVideo writes with it)
+    except ImportError:
+        raise MissingExtraError('--video needs moviepy: pip install moviepy') from None
+    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+
+    def make() -> Any:
+        one = gym.make(env, render_mode="rgb_array", **kwargs) if isinstance(env, str) else env_factory(env)()
+        if getattr(one, "render_mode", None) != "rgb_array":
+            raise ConfigError(f"--video: {name} does not render rgb_array frames")
+        return RecordVideo(one, s.video, episode_trigger=lambda _: True, disable_logger=True)
+
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    envs = SyncVectorEnv([make], autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        obs, _ = envs.reset(seed=s.seed)
+        returns, lengths, seconds = _episodes(agent, envs, obs, dataclasses.replace(s, envs=1))
+    finally:
+        envs.close()
+    return _result(name, returns, lengths, s, seconds, video=str(s.video))
+
+
+def _result(env, returns: List[float], lengths: List[int], s: PlaySettings, seconds: float,
+            video: Optional[str] = None) -> PlayResult:
+    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+    r = np.asarray(returns, dtype=float)
+    return PlayResult(env=name, episodes=len(r), mean_return=float(r.mean()), std_return=float(r.std()),
+                      min_return=float(r.min()), max_return=float(r.max()),
+                      mean_length=float(np.mean(lengths)) if lengths else math.nan, deterministic=s.deterministic,
+                      seconds=round(seconds, 2), video=video)

@@ -1,0 +1,227 @@
+"""What an RL practitioner meets in the first hour with ``txl rl``, each as they would type it.
+
+* Their own environment in their own file: ``txl rl mymodule:TMaze-v0 --env-kwargs '{"corridor": 10}'`` trains
+  (the module imported from the current folder, the keyword arguments saved with the run), and ``txl rl-eval``
+  plays the agent on the same environment; the Python entry takes an id or a factory and returns the agent.
+* A run's settings: the defaults, then the preset of the environment's family (printed), then the run's own
+  ``run.yaml`` on ``--resume``, then the flags given: ``--resume`` keeps ``--steps`` and the seed, a flag still
+  overrides; counters go on (episodes, metrics); ``--steps`` rounded up to whole iterations says so.
+* A trained agent plays through ``predict`` on raw observations; ``txl eval`` and ``txl plot`` on a run of
+  ``txl rl`` point to ``txl rl-eval`` in one line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
+                                reason="txl rl needs the rl extra (gymnasium)")
+
+import transformer_xl  # noqa: E402
+
+SRC = Path(transformer_xl.__file__).resolve().parents[1]
+TINY = ["--envs", "4", "--rollout", "32", "--window", "4", "--minibatches", "2", "--d-model", "16", "--n-layer", "1",
+        "--mem-len", "12", "--no-progress"]
+TMAZE = '''"""A T-maze: a cue (left or right) at the start, a corridor, then the choice at the junction."""
+import gymnasium as gym
+import numpy as np
+
+
+class TMaze(gym.Env):
+    def __init__(self, corridor: int = 4):
+        self.corridor = corridor
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (4,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self):
+        o = np.zeros(4, dtype=np.float32)
+        if self.t == 0:
+            o[self.cue] = 1.0
+        o[3 if self.t >= self.corridor else 2] = 1.0
+        return o
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.cue = 0, int(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t <= self.corridor:
+            return self._obs(), 0.0, False, False, {}
+        return self._obs(), (1.0 if int(action) == self.cue else -1.0), True, False, {"length": self.t}
+
+
+gym.register("TMaze-v0", entry_point=TMaze)
+'''
+
+
+def txl(cwd: Path, *argv) -> subprocess.CompletedProcess:
+    """``txl ARGV`` typed in ``cwd`` (the installed entry point; this tree's package first on the path)."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TXL_DEBUG": "", "OMP_NUM_THREADS": "1"}
+    exe = Path(sys.executable).with_name("txl")
+    head = [str(exe)] if exe.exists() else [sys.executable, "-m", "transformer_xl"]
+    return subprocess.run(head + [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def tmaze_run(tmp_path_factory):
+    """``txl rl mymodule:TMaze-v0 --env-kwargs '{"corridor": 10}'`` in a folder holding ``mymodule.py``."""
+    root = tmp_path_factory.mktemp("user")
+    (root / "mymodule.py").write_text(TMAZE, encoding="utf-8")
+    done = txl(root, "rl", "mymodule:TMaze-v0", "--env-kwargs", '{"corridor": 10}', "--steps", "300",
+               "--run-dir", "runs/tmaze", *TINY)
+    return root, done
+
+
+def test_a_users_own_environment_trains_from_the_command_line(tmaze_run):
+    root, done = tmaze_run
+    assert done.returncode == 0, done.stderr
+    settings = yaml.safe_load((root / "runs/tmaze/run.yaml").read_text())
+    assert settings["env_id"] == "mymodule:TMaze-v0" and settings["env_kwargs"] == {"corridor": 10}
+    agent = json.loads((root / "runs/tmaze/agent/agent.json").read_text())
+    assert agent["env_id"] == "mymodule:TMaze-v0" and agent["observation"][0]["shape"] == [4]
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "txl rl mymodule:TMaze-v0: settings from defaults; flags"
+    assert lines[1] == ("txl rl: --steps 300 is rounded up to 384 (whole iterations of 4 environments x 32 steps)")
+    assert done.stdout.startswith("done: 384 steps in ")
+
+
+def test_rl_eval_plays_the_agent_on_its_own_environment(tmaze_run):
+    root, _ = tmaze_run
+    done = txl(root, "rl-eval", "runs/tmaze", "--episodes", "12", "--envs", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["episodes"] == 12 and result["mean_length"] == 11.0  # the corridor of 10 it was trained with
+    assert -1.0 <= result["mean_return"] <= 1.0 and result["deterministic"] is True
+    shorter = json.loads(txl(root, "rl-eval", "runs/tmaze", "--episodes", "4", "--env-kwargs", '{"corridor": 3}',
+                             "--json").stdout)
+    assert shorter["mean_length"] == 4.0
+    text = txl(root, "rl-eval", "runs/tmaze", "--episodes", "4", "--sample")
+    assert text.returncode == 0 and text.stdout.startswith("mymodule:TMaze-v0: mean return ")
+    assert "over 4 episodes" in text.stdout and "sampled actions" in text.stdout
+
+
+def test_eval_and_plot_on_an_rl_run_point_to_rl_eval(tmaze_run):
+    root, _ = tmaze_run
+    for command, words in (("eval", "a txl rl run (an agent, not a language model); play it with txl rl-eval"),
+                           ("plot", "a txl rl run; its curve is")):
+        done = txl(root, command, "runs/tmaze")
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert words in done.stderr and "txl rl-eval runs/tmaze" in done.stderr
+
+
+def test_a_trained_agent_plays_through_predict_on_raw_observations(tmaze_run):
+    """A fresh process, as docs/RL.md shows: the agent from its folder, the environment from gymnasium, the
+    memory carried by the caller; the same returns as ``txl rl-eval`` over the same episodes."""
+    root, _ = tmaze_run
+    code = '''
+import gymnasium as gym
+import mymodule
+from transformer_xl.rl import MemoryAgent
+
+agent = MemoryAgent.from_pretrained("runs/tmaze")
+env = gym.make("mymodule:TMaze-v0", corridor=10)
+lengths = []
+for episode in range(5):
+    obs, _ = env.reset(seed=episode)
+    state, start, done, steps = None, True, False, 0
+    while not done:
+        action, state = agent.predict(obs, state, episode_start=start, deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        start, done, steps = False, terminated or truncated, steps + 1
+    lengths.append(steps)
+print(lengths, type(action).__name__)
+'''
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(root)])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[11, 11, 11, 11, 11] int"
+
+
+def test_resume_keeps_the_runs_own_settings_and_counters(tmp_path):
+    """``--resume`` without ``--steps`` keeps the run's steps (not the default 300,000) and its seed; a flag given
+    overrides; episodes and metrics go on from the checkpoint."""
+    first = txl(tmp_path, "rl", "CartPole-v1", "--steps", "256", "--seed", "7", "--run-dir", "run", *TINY)
+    assert first.returncode == 0, first.stderr
+    again = txl(tmp_path, "rl", "CartPole-v1", "--resume", "--run-dir", "run", "--json", "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["steps"] == 256
+    settings = yaml.safe_load((tmp_path / "run/run.yaml").read_text())
+    assert settings["steps"] == 256 and settings["seed"] == 7 and settings["agent"]["mem_len"] == 12
+    assert "settings from defaults; run/run.yaml" in again.stderr
+    longer = txl(tmp_path, "rl", "CartPole-v1", "--resume", "--run-dir", "run", "--steps", "512", "--json",
+                 "--no-progress")
+    assert longer.returncode == 0, longer.stderr
+    result = json.loads(longer.stdout)
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [128, 256, 384, 512]
+    episodes = [r["episodes"] for r in records]
+    assert episodes == sorted(episodes) and result["episodes"] == episodes[-1] > episodes[1]
+    assert yaml.safe_load((tmp_path / "run/run.yaml").read_text())["steps"] == 512
+
+
+def test_a_family_preset_is_printed_written_and_overridden_by_a_flag(tmp_path):
+    pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
+    from transformer_xl.rl import presets
+
+    preset = presets.match("popgym-RepeatPreviousMedium-v0")
+    assert preset is not None and presets.match("CartPole-v1") is None
+    done = txl(tmp_path, "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "128", "--run-dir", "a", *TINY)
+    assert done.returncode == 0, done.stderr
+    assert f"preset {preset.name} ({preset.describe()})" in done.stderr.splitlines()[0]
+    written = yaml.safe_load((tmp_path / "a/run.yaml").read_text())
+    assert written["ppo"]["gamma"] == preset.settings["ppo"]["gamma"]
+    done = txl(tmp_path, "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "128", "--run-dir", "b", "--gamma",
+               "0.97", *TINY)
+    assert done.returncode == 0 and yaml.safe_load((tmp_path / "b/run.yaml").read_text())["ppo"]["gamma"] == 0.97
+
+
+def test_the_python_entry_takes_a_factory_and_returns_the_agent(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from transformer_xl.rl import MemoryAgent
+    from transformer_xl.rl.runner import train
+
+    monkeypatch.chdir(tmp_path)
+    result = train(lambda: gym.make("CartPole-v1"), steps=128, run_dir="run", progress=False,
+                   agent=dict(d_model=16, n_layer=1, mem_len=4, window=4),
+                   ppo=dict(envs=4, rollout=32, minibatches=2))
+    assert isinstance(result.agent, MemoryAgent) and result.steps == 128
+    assert MemoryAgent.from_pretrained(tmp_path / "run").config == result.agent.config
+
+
+def test_async_environments_train_as_the_synchronous_ones(tmp_path):
+    done = txl(tmp_path, "rl", "CartPole-v1", "--steps", "128", "--vector", "async", "--run-dir", "run", "--json",
+               *TINY)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == 128
+
+
+def test_bad_environment_arguments_are_one_line(tmp_path):
+    for argv, words in ((["--env-kwargs", "{corridor: 10}"], "--env-kwargs: not JSON"),
+                        (["--env-kwargs", "[1]"], "--env-kwargs: expected a JSON object"),
+                        (["--env-kwargs", '{"nope": 1}'], "could not be created (TypeError")):
+        done = txl(tmp_path, "rl", "CartPole-v1", "--run-dir", "run", *argv, *TINY)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert words in done.stderr
+    done = txl(tmp_path, "rl", "nosuchmodule:Thing-v0", "--run-dir", "run", *TINY)
+    assert done.returncode == 2 and "cannot import nosuchmodule" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_tensorboard_is_used_when_installed_and_silently_skipped_when_not(monkeypatch):
+    from transformer_xl.rl import runner
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    assert runner._tensorboard(None) is False and runner._tensorboard(True) is True
