@@ -1,14 +1,14 @@
 """Runs cases of Python, each in a child process that has imported nothing of transformer_xl.
 
 Started as ``python tests/fresh_server.py`` (a fresh interpreter; this file imports nothing of the package). It
-imports torch, numpy and safetensors, which every case would import first anyway (about 1 s of the 1.5 to 3 s a
-fresh ``python -c`` costs), checks that no module of ``transformer_xl`` is loaded, then reads one JSON case per
-line from stdin and forks a child per case (``--jobs`` at a time). A case is ``{"id", "cwd"}`` with either
-``"code"`` (run as ``__main__``) or ``"path"`` and ``"argv"`` (a script run as ``python PATH ARGV...`` runs it),
-and optionally ``"threads"`` (torch's CPU threads, as ``OMP_NUM_THREADS`` would set them). The child changes to
-``cwd``, runs the case and exits 0, or prints its traceback and exits 1. One JSON line per case goes to stdout:
-``{"id", "status", "stdout", "stderr", "seconds", "cpu_seconds"}``. A child that runs past ``--timeout`` seconds
-is killed (status -9).
+imports torch, numpy and safetensors (and the third-party modules ``--preload`` names), which every case would
+import first anyway (about 1 s of the 1.5 to 3 s a fresh ``python -c`` costs), checks that no module of
+``transformer_xl`` is loaded, then reads one JSON case per line from stdin and forks a child per case (``--jobs``
+at a time). A case is ``{"id", "cwd"}`` with either ``"code"`` (run as ``__main__``) or ``"path"`` and ``"argv"``
+(a script run as ``python PATH ARGV...`` runs it), and optionally ``"threads"`` (torch's CPU threads, as
+``OMP_NUM_THREADS`` would set them). The child changes to ``cwd``, runs the case and exits 0, or prints its
+traceback and exits 1. One JSON line per case goes to stdout: ``{"id", "status", "stdout", "stderr", "seconds",
+"cpu_seconds"}``. A child that runs past ``--timeout`` seconds is killed (status -9).
 """
 
 from __future__ import annotations
@@ -24,10 +24,15 @@ import time
 import traceback
 
 
-def preload() -> None:
+def preload(extra=()) -> None:
+    import importlib
+
     import numpy  # noqa: F401
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
+
+    for name in extra:  # third-party modules every case of this server imports anyway (transformers)
+        importlib.import_module(name)
 
     loaded = sorted(m for m in sys.modules if m == "transformer_xl" or m.startswith("transformer_xl."))
     if loaded:
@@ -76,8 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--preload", nargs="*", default=[], help="third-party modules to import first")
     args = parser.parse_args()
-    preload()
+    preload(args.preload)
     cases = [json.loads(line) for line in sys.stdin if line.strip()]
     running = {}  # pid -> (case, stdout file, stderr file, start)
     pending = list(reversed(cases))

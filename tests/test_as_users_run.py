@@ -102,8 +102,9 @@ def _train(root: Path, name: str, level: str, text_file: Path, env: dict) -> Pat
 
 
 def _hub_cache(assets: Path, run: Path) -> None:
-    """An offline huggingface_hub cache holding the word-level ``run`` as the README's hub id, in the layout the
-    real repository has (HuggingFace's ``config.json`` and weights, a ``vocab.pkl`` of plain data) (tests/hub_cache.py)."""
+    """An offline huggingface_hub cache (tests/hub_cache.py) holding the word-level ``run`` as the README's hub id,
+    in the layout the real repository has: HuggingFace's ``config.json`` and weights, a ``vocab.pkl`` of plain
+    data."""
     from hub_cache import add_folder
 
     from transformer_xl import TransformerXL
@@ -170,8 +171,10 @@ def assets(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     TransformerXLBackbone(TransformerXLConfig(d_input=8, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=16,
                                               mem_len=4, pre_lnorm=True, gating="gru")).save_pretrained(a / "backbone")
-    MemoryAgent(AgentConfig(obs_dim=3, n_actions=2, d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=16,
-                            mem_len=4, window=4)).save_pretrained(a / "agent")
+    cartpole = [{"path": [], "width": 4, "kind": "box", "shape": [4]}]  # CartPole's observations, as vectors
+    MemoryAgent(AgentConfig(obs_dim=4, n_actions=2, d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=16,
+                            mem_len=4, window=4, env_id="CartPole-v1", observation=cartpole)
+                ).save_pretrained(a / "agent")
     symbols = ["<eos>", "<unk>", "the", "castle", "was", "built", "in"]
     with open(a / "vocab.pkl", "wb") as fh:  # the attributes HuggingFace's TransfoXLTokenizer pickles (plain data)
         pickle.dump({"idx2sym": symbols, "sym2idx": {s: i for i, s in enumerate(symbols)}, "lower_case": False,
@@ -233,6 +236,9 @@ USES: Dict[str, str] = {
     "transformer_xl.model.GRUGate": "import torch\ng = GRUGate(8)\nassert g(torch.ones(2, 8), torch.ones(2, 8)).shape "
                                     "== "
                                     "(2, 8)",
+    "transformer_xl.model.MemoryState": BACKBONE.replace("backbone')", "backbone')\nimport torch") +
+                                        "out = backbone(inputs_embeds=torch.randn(2, 3, 8), state=backbone."
+                                        "initial_state(2))\nassert isinstance(out.state, MemoryState)",
     "transformer_xl.model.TransformerXLConfig": "c = TransformerXLConfig(n_token=10, n_layer=1, d_model=8, n_head=2, "
                                                 "d_head=4, d_inner=8)\nassert c.replace(mem_len=3).mem_len == 3",
     "transformer_xl.model.TransformerXLOutput": MODEL + "import torch\nx = torch.tensor([[1, 2, 3]])\n"
@@ -547,10 +553,9 @@ USES: Dict[str, str] = {
     "transformer_xl.analysis.check_image_path": "assert check_image_path('x.png').name == 'x.png'",
     # -- transformer_xl.rl
     "transformer_xl.rl.AgentConfig": "c = AgentConfig(obs_dim=3, n_actions=2)\nassert c.backbone_config().d_input == 4",
-    "transformer_xl.rl.MemoryAgent": "agent = MemoryAgent.from_pretrained(A / 'agent')\nimport torch\n"
-                                     "logits, value, state = agent.step(torch.zeros(2, 3), torch.ones(2, "
-                                     "dtype=torch.bool), "
-                                     "agent.initial_state(2))\nassert logits.shape == (2, 2)",
+    "transformer_xl.rl.MemoryAgent": "agent = MemoryAgent.from_pretrained(A / 'agent')\nimport numpy as np\n"
+                                     "actions, state = agent.predict(np.zeros((2, 4), np.float32))\n"
+                                     "assert actions.shape == (2,) and state[0].shape[0] == 2",
     "transformer_xl.rl.PPOConfig": "c = PPOConfig()\nc.check(16)",
     "transformer_xl.rl.runner.train_agent": "from transformer_xl.rl.runner import RLSettings\n"
                                             "from transformer_xl.rl import PPOConfig\n"
@@ -559,6 +564,38 @@ USES: Dict[str, str] = {
                                             "mem_len=4, window=4), ppo=PPOConfig(envs=2, rollout=16, minibatches=2)))\n"
                                             "assert r.steps == 32",
     "transformer_xl.rl.runner.RLSettings": "s = RLSettings('CartPole-v1')\ns.check()",
+    "transformer_xl.rl.runner.train": "r = train('CartPole-v1', steps=64, run_dir='rl', progress=False, agent=dict("
+                                      "d_model=16, n_layer=1, mem_len=4, window=4), ppo=dict(envs=2, rollout=32, "
+                                      "minibatches=2))\nassert r.steps == 64 and r.agent.config.mem_len == 4",
+    "transformer_xl.rl.runner.resolve_settings": "s, sources = resolve_settings('CartPole-v1', {'steps': 10})\n"
+                                                 "assert s.steps == 10 and sources == ['defaults', 'flags']",
+    "transformer_xl.rl.play.play": "from transformer_xl.rl.play import PlaySettings\n"
+                                   "r = play(A / 'agent', PlaySettings(episodes=3, envs=1))\n"
+                                   "assert r.episodes == 3 and r.env == 'CartPole-v1'",
+    "transformer_xl.rl.play.PlaySettings": "PlaySettings(episodes=5).check()",
+    "transformer_xl.rl.play.PlayResult": "r = PlayResult('e', 2, 0.5, 0.1, 0.4, 0.6, 10.0, True, 0.1)\n"
+                                         "assert r.to_json()['episodes'] == 2",
+    "transformer_xl.rl.presets.match": "assert match('popgym-RepeatPreviousMedium-v0').settings['ppo']['gamma'] "
+                                       "< 0.99",
+    "transformer_xl.rl.presets.load": "assert load('- name: x\\n  match: [a*]\\n  ppo: {gamma: 0.5}\\n')[0].name "
+                                      "== 'x'",
+    "transformer_xl.rl.presets.Preset": "p = Preset('x', ['a*'], 'why', {'ppo': {'gamma': 0.5}})\n"
+                                        "assert p.describe() == 'ppo.gamma=0.5'",
+    "transformer_xl.sb3.TransformerXLPPO": "from stable_baselines3.common.env_util import make_vec_env\n"
+                                           "m = TransformerXLPPO('MlpPolicy', make_vec_env('CartPole-v1', n_envs=2), "
+                                           "n_steps=16, batch_size=32, policy_kwargs=dict(d_model=16, n_layer=1, "
+                                           "mem_len=4, window=4)).learn(64)\nassert m.num_timesteps == 64",
+    "transformer_xl.sb3.TransformerXLPolicy": "import gymnasium as gym\n"
+                                              "p = TransformerXLPolicy(gym.spaces.Discrete(3), gym.spaces.Discrete(2), "
+                                              "lambda _: 1e-3, d_model=16, n_layer=1)\n"
+                                              "a, s = p.predict(1)\nassert a.shape == () and s[0].shape[0] == 1",
+    "transformer_xl.sb3.MultiInputTransformerXLPolicy": "import gymnasium as gym, numpy as np\n"
+                                                        "space = gym.spaces.Dict({'a': gym.spaces.Discrete(3), 'b': "
+                                                        "gym.spaces.Box(0, 1, (2,))})\n"
+                                                        "p = MultiInputTransformerXLPolicy(space, gym.spaces."
+                                                        "Discrete(2), lambda _: 1e-3, d_model=16, n_layer=1)\n"
+                                                        "a, s = p.predict({'a': 1, 'b': np.zeros(2, np.float32)})\n"
+                                                        "assert a.shape == ()",
     "transformer_xl.rl.runner.RLResult": "r = RLResult('CartPole-v1', 1, 0.1, None, 0, 'rl')\n"
                                          "assert r.to_json()['env'] == 'CartPole-v1'",
     # -- transformer_xl.errors
@@ -674,12 +711,12 @@ def name_case(assets: Path, key: str) -> dict:
     return {"id": key, "code": code, "cwd": str(work)}
 
 
-def run_server(assets: Path, cases: List[dict], python: str = sys.executable) -> Dict[str, dict]:
-    """The cases run by one fresh server of ``python``, two children at a time (tests/fresh_server.py):
-    ``{id: result}``."""
+def run_server(assets: Path, cases: List[dict], python: str = sys.executable, preload=()) -> Dict[str, dict]:
+    """The cases run by one fresh server of ``python``, two children at a time (tests/fresh_server.py), with the
+    third-party modules ``preload`` imported before the forks: ``{id: result}``."""
     if not cases:
         return {}
-    done = subprocess.run([python, str(SERVER), "--jobs", "2", "--timeout", "120"], cwd=assets,
+    done = subprocess.run([python, str(SERVER), "--jobs", "2", "--timeout", "120", "--preload", *preload], cwd=assets,
                           input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True, text=True,
                           env=user_env(assets, threads=1), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -719,6 +756,8 @@ def python_blocks() -> List[Tuple[str, str, Optional[str]]]:
                 code = previous + code
             line = text[:match.start()].count("\n") + 1
             name = page.name if page.parent == REPO else f"docs/{page.name}"
+            if before[0].strip() == CONTINUES and blocks and blocks[-1][1] == previous and blocks[-1][2] is None:
+                blocks.pop()  # it runs inside this one (a block continued by the next, showing no output of its own)
             blocks.append((f"{name}:{line}", code, match.group(3)))
             previous = code
     return blocks
@@ -764,11 +803,15 @@ def block_argv(assets: Path, code: str, user: Path) -> List[str]:
 
 
 def block_case(assets: Path, block_id: str, code: str, threads: int) -> dict:
-    """The block written to a file, run as ``python FILE ARGS`` runs it, in the user's folder."""
-    script = assets / "work" / (re.sub(r"\W", "_", block_id) + ".py")
+    """The block written to a file, run as ``python FILE ARGS`` runs it, in a copy of the user's folder of its own
+    (blocks run side by side, and some write into their folder: a run directory, a saved model)."""
+    name = re.sub(r"\W", "_", block_id) + f"_{threads}"
+    folder = assets / "work" / name
+    shutil.copytree(assets / "user", folder)
+    script = assets / "work" / f"{name}.py"
     script.write_text(code, encoding="utf-8")
-    return {"id": f"block {block_id} {threads}", "path": str(script), "argv": block_argv(assets, code,
-            assets / "user"), "cwd": str(assets / "user"), "threads": threads}
+    return {"id": f"block {block_id} {threads}", "path": str(script), "argv": block_argv(assets, code, folder),
+            "cwd": str(folder), "threads": threads}
 
 
 def claims(shown: str, printed: str) -> None:
@@ -826,7 +869,8 @@ def started(assets) -> Dict[str, Future]:
     server = pool.submit(run_server, assets, main_cases)
     futures = {case["id"]: server for case in main_cases}
     if hf5_cases:  # after the main server: one server at a time keeps two children on two cores
-        hf5_server = pool.submit(lambda: (server.result(), run_server(assets, hf5_cases, hf5_python()))[1])
+        hf5_server = pool.submit(lambda: (server.result(),
+                                          run_server(assets, hf5_cases, hf5_python(), ["transformers"]))[1])
         futures.update({case["id"]: hf5_server for case in hf5_cases})
     commands = ThreadPoolExecutor(max_workers=1)
     for command in COMMANDS:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "API.md"
-NEEDS = {"transformer_xl.lm_eval": "lm_eval"}  # modules of an optional extra, and the package the extra installs
+#: Modules of an optional extra, and the package the extra installs.
+NEEDS = {"transformer_xl.lm_eval": "lm_eval", "transformer_xl.sb3": "stable_baselines3"}
 
 
 def transformers_5() -> bool:

@@ -174,7 +174,7 @@ def test_a_family_preset_is_printed_written_and_overridden_by_a_flag(tmp_path):
     pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
     from transformer_xl.rl import presets
 
-    preset = presets.match("popgym-RepeatPreviousMedium-v0")
+    preset = presets.match("popgym-RepeatPreviousEasy-v0")
     assert preset is not None and presets.match("CartPole-v1") is None
     done = txl(tmp_path, "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "128", "--run-dir", "a", *TINY)
     assert done.returncode == 0, done.stderr

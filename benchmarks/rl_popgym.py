@@ -1,0 +1,271 @@
+"""The POPGym memory suite, side by side: ``txl rl``'s agents and peers on the same tasks, seeds and steps.
+
+Agents:
+
+* ``gtrxl``: ``txl rl TASK`` with no flags (GTrXL, ``--mem-len 64``, the family preset where there is one);
+* ``trxl``: the same without gates (``--gating none``);
+* ``gru``: ``--core gru``, a GRU of the same width;
+* ``none``: ``--mem-len 0``, no memory (the current observation only);
+* ``recurrentppo``: sb3-contrib's ``RecurrentPPO("MlpLstmPolicy", env)`` with its defaults on 16 environments (needs
+  ``pip install sb3-contrib``; POPGym's Tuple observations are not SB3's);
+* ``cleanrl``: CleanRL's ``ppo_trxl.py``, unmodified, run from a checkout given with ``--cleanrl DIR`` in the
+  python given with ``--cleanrl-python`` (its own environment: tyro, einops, memory-gym, minigrid), with the
+  settings its documentation gives for vector observations.
+
+Each run is one process with one torch thread, ``--parallel`` at a time, every agent on the same environment steps
+(``--steps``; 0: what ``txl rl`` would run, its preset's steps where one sets them). Every finished run is a line of
+``--out`` (JSON), so a long suite can be stopped and started again; the table is printed from that file: mean return
+of the last 100 episodes (mean ± standard deviation over the seeds), the steps at which a run first reached 90% of
+the best final return any agent reached on the task (median over the runs that did, and how many), the wall time of
+a run and the environment steps per second while learning, with the CPU named::
+
+    python benchmarks/rl_popgym.py --seeds 3 --out popgym.jsonl
+    python benchmarks/rl_popgym.py --tasks popgym-RepeatPreviousEasy-v0 --agents gtrxl recurrentppo --seeds 1
+    python benchmarks/rl_popgym.py --table popgym.jsonl          # the table of runs done so far
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import cpu_description
+
+TASKS = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatPreviousMedium-v0", "popgym-RepeatFirstEasy-v0",
+         "popgym-CountRecallEasy-v0", "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0",
+         "popgym-NoisyPositionOnlyCartPoleEasy-v0", "popgym-HigherLowerEasy-v0", "popgym-MineSweeperEasy-v0",
+         "popgym-BattleshipEasy-v0", "popgym-ConcentrationEasy-v0", "popgym-MultiarmedBanditEasy-v0"]
+TXL_AGENTS = {"gtrxl": [], "trxl": ["--gating", "none"], "gru": ["--core", "gru"], "none": ["--mem-len", "0"]}
+AGENTS = [*TXL_AGENTS, "recurrentppo", "cleanrl"]
+WINDOW = 100  # the last 100 finished episodes
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# ---------------------------------------------------------------------------- one run of each kind
+def curve_point(steps: int, returns: List[float]) -> dict:
+    recent = returns[-WINDOW:]
+    return {"step": steps, "mean_return": sum(recent) / len(recent) if recent else None}
+
+
+def run_txl(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
+    run_dir = root / f"{agent}-{task}-{seed}"
+    cmd = [sys.executable, "-m", "transformer_xl", "rl", task, "--seed", str(seed), "--threads", "1", "--json",
+           "--no-progress", "--run-dir", str(run_dir), *TXL_AGENTS[agent]] + (["--steps", str(steps)] if steps else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = [{"step": r["step"], "mean_return": r["mean_return"]} for r in records]
+    return {"mean_return": result["mean_return"], "steps": result["steps"], "seconds": result["seconds"],
+            "curve": curve}
+
+
+RECURRENT = r'''
+import json, sys, time
+import numpy as np, torch
+from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+import popgym  # registers the ids
+torch.set_num_threads(1)
+task, seed, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+curve = []
+class Curve(BaseCallback):
+    def _on_rollout_end(self):
+        buf = [e["r"] for e in self.model.ep_info_buffer]
+        curve.append({"step": self.model.num_timesteps, "mean_return": float(np.mean(buf)) if buf else None})
+    def _on_step(self):
+        return True
+model = RecurrentPPO("MlpLstmPolicy", make_vec_env(task, n_envs=16, seed=seed), seed=seed, device="cpu")
+start = time.perf_counter()
+model.learn(total_timesteps=steps, callback=Curve())
+seconds = time.perf_counter() - start
+print(json.dumps({"mean_return": curve[-1]["mean_return"], "steps": model.num_timesteps, "seconds": seconds,
+                  "curve": curve}))
+'''
+
+
+def run_recurrentppo(task: str, seed: int, steps: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", RECURRENT, task, str(seed), str(steps)], capture_output=True,
+                          text=True, env=ENV)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# CleanRL's ppo_trxl.py makes its environments as gym.make(env_id, render_mode="debug_rgb_array"), does not import
+# popgym, reads a flat Box observation and env.spec.max_episode_steps, and steps a Discrete action space with
+# array([a]); POPGym's environments take no render_mode, observe Discrete(n) on the card tasks, declare their length
+# as max_episode_length, and (CartPole) reject array([a]). So the script runs unmodified under this launcher (run by
+# the python of CleanRL's environment, gymnasium 0.29.0 as memory-gym pins it), which re-registers the task's id to
+# make the same POPGym environment without render_mode, its observation flattened (gymnasium's FlattenObservation:
+# Discrete(n) one-hot, as SB3 and txl rl see it; a Box stays as it is), array([a]) stepped as a, and
+# max_episode_steps its max_episode_length (where its episodes end anyway); runs the script with runpy; and prints
+# the episode returns it wrote to TensorBoard as one JSON line.
+CLEANRL_LAUNCH = r'''
+import importlib, json, runpy, sys
+from pathlib import Path
+import gymnasium as gym
+import numpy as np
+import popgym  # noqa: F401  registers the popgym-* ids
+import torch
+torch.set_num_threads(1)
+script, task, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+spec = gym.spec(task)
+module, name = spec.entry_point.split(":")
+creator = getattr(importlib.import_module(module), name)
+class OneAction(gym.ActionWrapper):  # it steps a Discrete space with an array([a]) (its actions are multi-discrete)
+    def action(self, action):
+        return int(np.asarray(action).reshape(-1)[0])
+def make(render_mode=None, **kwargs):
+    env = gym.wrappers.FlattenObservation(creator(**{**spec.kwargs, **kwargs}))
+    return OneAction(env) if isinstance(env.action_space, gym.spaces.Discrete) else env
+length = creator(**spec.kwargs).max_episode_length
+gym.register(id=task, entry_point=make, max_episode_steps=length, kwargs={})
+sys.path.insert(0, str(Path(script).parent))  # it imports pom_env from its own folder
+sys.argv = [script, "--env-id", task, *argv]
+runpy.run_path(script, run_name="__main__")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+events = EventAccumulator(str(max(Path("runs").glob("*/events.out.tfevents*")).parent))
+events.Reload()
+curve = [{"step": p.step, "mean_return": p.value} for p in events.Scalars("episode/r_mean")]
+sps = events.Scalars("charts/SPS")[-1]
+print(json.dumps({"mean_return": curve[-1]["mean_return"], "steps": sps.step, "seconds": sps.step / sps.value,
+                  "curve": curve}))
+'''
+# The settings CleanRL's documentation (docs/rl-algorithms/ppo-trxl.md) gives for its vector-observation task,
+# ProofofMemory-v0, except the memory: 64 steps as txl rl's --mem-len (the script caps it at the episode's length;
+# the documentation's 16 is ProofofMemory's whole episode). On CPU (--no-cuda).
+CLEANRL_ENVS, CLEANRL_ROLLOUT = 16, 128
+CLEANRL_FLAGS = ["--no-cuda", "--num-envs", str(CLEANRL_ENVS), "--num-steps", str(CLEANRL_ROLLOUT),
+                 "--num-minibatches", "8", "--update-epochs", "4", "--trxl-num-layers", "4", "--trxl-num-heads", "1",
+                 "--trxl-dim", "64", "--trxl-memory-length", "64", "--trxl-positional-encoding", "none",
+                 "--vf-coef", "0.1", "--max-grad-norm", "0.5", "--init-lr", "3.0e-4", "--init-ent-coef", "0.001",
+                 "--clip-coef", "0.2"]
+
+
+def run_cleanrl(task: str, seed: int, steps: int, checkout: Path, python: str, root: Path) -> dict:
+    """CleanRL's ``ppo_trxl.py``, unmodified, under ``CLEANRL_LAUNCH`` with ``CLEANRL_FLAGS``; ``steps`` rounded up
+    to whole iterations of 16 x 128 as txl rl rounds them. ``seconds`` is its learning loop's (from its last SPS),
+    the curve its ``episode/r_mean`` (the mean return of its last 100 episodes) after each iteration."""
+    script = checkout / "cleanrl" / "ppo_trxl" / "ppo_trxl.py"
+    run_root = root / f"cleanrl-{task}-{seed}"
+    run_root.mkdir(parents=True, exist_ok=True)
+    batch = CLEANRL_ENVS * CLEANRL_ROLLOUT
+    total = -(-steps // batch) * batch
+    cmd = [python, "-c", CLEANRL_LAUNCH, str(script.resolve()), task, "--seed", str(seed),
+           "--total-timesteps", str(total), *CLEANRL_FLAGS]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=run_root, env=ENV)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- the suite
+def done_keys(path: Path) -> set:
+    if not path.is_file():
+        return set()
+    return {(r["task"], r["agent"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())}
+
+
+def run_job(job: tuple, args, root: Path, out: Path) -> None:
+    task, agent, seed = job
+    start = time.perf_counter()
+    if agent in TXL_AGENTS:
+        result = run_txl(task, agent, seed, args.steps, root)
+    elif agent == "recurrentppo":
+        result = run_recurrentppo(task, seed, args.steps or txl_steps(task))
+    else:
+        result = run_cleanrl(task, seed, args.steps or txl_steps(task), args.cleanrl, args.cleanrl_python, root)
+    result.update(task=task, agent=agent, seed=seed, wall=round(time.perf_counter() - start, 1))
+    with open(out, "a") as fh:
+        fh.write(json.dumps(result) + "\n")
+    shown = result.get("error") or f"mean return {result['mean_return']:.3f}, {result['wall']:.0f} s"
+    print(f"  {task} {agent} seed {seed}: {shown}", flush=True)
+
+
+def txl_steps(task: str) -> int:
+    """The steps ``txl rl TASK`` runs with no flags (the family preset's, else the default)."""
+    from transformer_xl.rl.runner import resolve_settings
+
+    return resolve_settings(task, {})[0].total_steps
+
+
+def first_reach(curve: List[dict], level: float) -> Optional[int]:
+    return next((p["step"] for p in curve if p["mean_return"] is not None and p["mean_return"] >= level), None)
+
+
+def table(path: Path) -> str:
+    rows: Dict[tuple, List[dict]] = {}
+    for r in map(json.loads, path.read_text().splitlines()):
+        rows.setdefault((r["task"], r["agent"]), []).append(r)
+    best = {}
+    for (task, _), runs in rows.items():
+        finals = [r["mean_return"] for r in runs if r.get("mean_return") is not None]
+        if finals:
+            best[task] = max(best.get(task, -1e9), statistics.mean(finals))
+    lines = ["| task | agent | mean return (last 100 episodes) | steps to 90% of the best (median, runs) | "
+             "wall time per run | steps/s |", "|---|---|---|---|---|---|"]
+    for task in dict.fromkeys(t for t, _ in rows):
+        for agent in AGENTS:
+            runs = rows.get((task, agent))
+            if not runs:
+                continue
+            errors = [r["error"] for r in runs if "error" in r]
+            ok = [r for r in runs if "error" not in r and r.get("mean_return") is not None]
+            if not ok:
+                lines.append(f"| {task.removeprefix('popgym-')} | {agent} | cannot run: {errors[0][:80]} | | | |")
+                continue
+            finals = [r["mean_return"] for r in ok]
+            spread = f" ± {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
+            level = 0.9 * best[task] if best[task] > 0 else None
+            hits = [first_reach(r["curve"], level) for r in ok] if level is not None else []
+            reached = [h for h in hits if h]
+            reach = (f"{statistics.median(reached) / 1000:.0f}k ({len(reached)}/{len(ok)})" if reached
+                     else f"never (0/{len(ok)})") if level is not None else "—"
+            wall = statistics.mean(r["wall"] for r in ok)
+            sps = statistics.mean(r["steps"] / r["seconds"] for r in ok)
+            lines.append(f"| {task.removeprefix('popgym-')} | {agent} | {statistics.mean(finals):.2f}{spread} | "
+                         f"{reach} | {wall / 60:.1f} min | {sps:,.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="*", default=TASKS)
+    parser.add_argument("--agents", nargs="*", default=list(TXL_AGENTS), choices=AGENTS)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=0, help="environment steps per run (0: txl rl's own)")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    parser.add_argument("--out", type=Path, default=Path("popgym_suite.jsonl"))
+    parser.add_argument("--cleanrl", type=Path, help="a checkout of vwxyzjn/cleanrl (for --agents cleanrl)")
+    parser.add_argument("--cleanrl-python", default=sys.executable, help="the python of CleanRL's environment")
+    parser.add_argument("--table", type=Path, help="only print the table of this file")
+    args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
+    print(cpu_description(), f"| {args.parallel} runs at a time, 1 thread each", flush=True)
+    skip = done_keys(args.out)
+    jobs = [(task, agent, seed) for seed in range(1, args.seeds + 1) for task in args.tasks for agent in args.agents
+            if (task, agent, seed) not in skip]
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
+        for future in [pool.submit(run_job, job, args, Path(tmp), args.out) for job in jobs]:
+            future.result()
+    print()
+    print(table(args.out))
+
+
+if __name__ == "__main__":
+    main()
