@@ -260,6 +260,11 @@ def task_ddp(spec: dict, out_path: Path) -> None:
     result = {"rank": args.process_index, "world": args.world_size, "losses": trainer.losses, "seen": trainer.seen,
               "distributed": str(trainer.accelerator.distributed_type)}
     Path(f"{out_path}.{args.process_index}").write_text(json.dumps(result))
+    # gloo's threads abort the interpreter at exit ("terminate called without an active exception") while its
+    # process group is alive: every rank ends it, together
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def main(argv) -> None:
@@ -267,7 +272,10 @@ def main(argv) -> None:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     if task == "ddp":
         task_ddp(spec, Path(out_path))
-        return
+        # the rank's result is written; torch 2.13's teardown of a gloo group at interpreter exit now and then
+        # aborts ("terminate called without an active exception"), which would fail the launch after the work
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(0)
     result = {"judge": task_judge, "padding": task_padding, "trainer": task_trainer}[task](spec)
     Path(out_path).write_text(json.dumps(result), encoding="utf-8")
 

@@ -13,30 +13,26 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
-                                reason="TransformerXLPPO needs the sb3 extra (stable-baselines3)")
+gym = pytest.importorskip("gymnasium", reason="TransformerXLPPO needs the sb3 extra")
+pytest.importorskip("stable_baselines3", reason="TransformerXLPPO needs the sb3 extra (stable-baselines3)")
 
-if importlib.util.find_spec("stable_baselines3") is not None:
-    import gymnasium as gym
-    from stable_baselines3.common.callbacks import CheckpointCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize
+from stable_baselines3.common.callbacks import CheckpointCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize  # noqa: E402
 
-    from transformer_xl.rl import ppo
-    from transformer_xl.sb3 import TransformerXLPPO
+from transformer_xl.rl import ppo  # noqa: E402
+from transformer_xl.sb3 import TransformerXLPPO  # noqa: E402
 
 SMALL = dict(d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32, mem_len=8, window=4)
 FAST = dict(n_steps=16, batch_size=32, n_epochs=2, policy_kwargs=SMALL, seed=0)
 
 
-class Cue(gym.Env if importlib.util.find_spec("gymnasium") else object):
+class Cue(gym.Env):
     """Remember the cue of the first step until the last (scored +1/-1 there; 0 elsewhere). ``kind`` is the
     observation space: ``discrete``, ``box`` (one-hot floats) or ``dict`` (the cue and the step's phase)."""
 
@@ -73,11 +69,11 @@ class Cue(gym.Env if importlib.util.find_spec("gymnasium") else object):
         return self._obs(2), (1.0 if int(action) == self.cue else -1.0), True, False, {}
 
 
-class Grid(gym.Env if importlib.util.find_spec("gymnasium") else object):
+class Grid(gym.Env):
     """MultiDiscrete actions: name the two digits of the first observation at the last step."""
 
-    observation_space = gym.spaces.Discrete(10) if importlib.util.find_spec("gymnasium") else None
-    action_space = gym.spaces.MultiDiscrete([3, 3]) if importlib.util.find_spec("gymnasium") else None
+    observation_space = gym.spaces.Discrete(10)
+    action_space = gym.spaces.MultiDiscrete([3, 3])
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
