@@ -44,7 +44,8 @@ from common import cpu_description
 TASKS = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatPreviousMedium-v0", "popgym-RepeatFirstEasy-v0",
          "popgym-CountRecallEasy-v0", "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0",
          "popgym-NoisyPositionOnlyCartPoleEasy-v0", "popgym-HigherLowerEasy-v0", "popgym-MineSweeperEasy-v0",
-         "popgym-BattleshipEasy-v0", "popgym-ConcentrationEasy-v0", "popgym-MultiarmedBanditEasy-v0"]
+         "popgym-BattleshipEasy-v0", "popgym-ConcentrationEasy-v0", "popgym-MultiarmedBanditEasy-v0",
+         "popgym-LabyrinthEscapeEasy-v0"]
 TXL_AGENTS = {"gtrxl": [], "trxl": ["--gating", "none"], "gru": ["--core", "gru"], "none": ["--mem-len", "0"]}
 AGENTS = [*TXL_AGENTS, "recurrentppo", "cleanrl"]
 WINDOW = 100  # the last 100 finished episodes
@@ -206,6 +207,20 @@ def first_reach(curve: List[dict], level: float) -> Optional[int]:
     return next((p["step"] for p in curve if p["mean_return"] is not None and p["mean_return"] >= level), None)
 
 
+def fall_after(curve: List[dict], level: float = 0.9) -> Optional[float]:
+    """The largest fall of the curve below its best so far, once it has reached ``level`` (None if it never did)."""
+    best, fall = None, 0.0
+    for point in curve:
+        value = point["mean_return"]
+        if value is None:
+            continue
+        if best is None and value < level:
+            continue
+        best = value if best is None else max(best, value)
+        fall = max(fall, best - value)
+    return None if best is None else fall
+
+
 def table(path: Path) -> str:
     rows: Dict[tuple, List[dict]] = {}
     for r in map(json.loads, path.read_text().splitlines()):
@@ -216,7 +231,7 @@ def table(path: Path) -> str:
         if finals:
             best[task] = max(best.get(task, -1e9), statistics.mean(finals))
     lines = ["| task | agent | mean return (last 100 episodes) | steps to 90% of the best (median, runs) | "
-             "wall time per run | steps/s |", "|---|---|---|---|---|---|"]
+             "largest fall after 0.9 (worst run) | wall time per run | steps/s |", "|---|---|---|---|---|---|---|"]
     for task in dict.fromkeys(t for t, _ in rows):
         for agent in AGENTS:
             runs = rows.get((task, agent))
@@ -225,7 +240,7 @@ def table(path: Path) -> str:
             errors = [r["error"] for r in runs if "error" in r]
             ok = [r for r in runs if "error" not in r and r.get("mean_return") is not None]
             if not ok:
-                lines.append(f"| {task.removeprefix('popgym-')} | {agent} | cannot run: {errors[0][:80]} | | | |")
+                lines.append(f"| {task.removeprefix('popgym-')} | {agent} | cannot run: {errors[0][:80]} | | | | |")
                 continue
             finals = [r["mean_return"] for r in ok]
             spread = f" ± {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
@@ -234,10 +249,12 @@ def table(path: Path) -> str:
             reached = [h for h in hits if h]
             reach = (f"{statistics.median(reached) / 1000:.0f}k ({len(reached)}/{len(ok)})" if reached
                      else f"never (0/{len(ok)})") if level is not None else "—"
+            falls = [f for f in (fall_after(r["curve"]) for r in ok) if f is not None]
+            fall = f"{max(falls):.2f} ({len(falls)}/{len(ok)} reached 0.9)" if falls else "—"
             wall = statistics.mean(r["wall"] for r in ok)
             sps = statistics.mean(r["steps"] / r["seconds"] for r in ok)
             lines.append(f"| {task.removeprefix('popgym-')} | {agent} | {statistics.mean(finals):.2f}{spread} | "
-                         f"{reach} | {wall / 60:.1f} min | {sps:,.0f} |")
+                         f"{reach} | {fall} | {wall / 60:.1f} min | {sps:,.0f} |")
     return "\n".join(lines)
 
 
@@ -256,7 +273,10 @@ def main() -> None:
     if args.table:
         print(table(args.table))
         return
-    print(cpu_description(), f"| {args.parallel} runs at a time, 1 thread each", flush=True)
+    import torch
+
+    torch.set_num_threads(1)  # as in the runs, so that the line names them
+    print(cpu_description(), f"| {args.parallel} runs at a time", flush=True)
     skip = done_keys(args.out)
     jobs = [(task, agent, seed) for seed in range(1, args.seeds + 1) for task in args.tasks for agent in args.agents
             if (task, agent, seed) not in skip]

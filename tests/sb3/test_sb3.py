@@ -20,13 +20,20 @@ import torch
 gym = pytest.importorskip("gymnasium", reason="TransformerXLPPO needs the sb3 extra")
 pytest.importorskip("stable_baselines3", reason="TransformerXLPPO needs the sb3 extra (stable-baselines3)")
 
-from stable_baselines3.common.callbacks import CheckpointCallback  # noqa: E402
+from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor, VecNormalize  # noqa: E402
 
 from transformer_xl.rl import ppo  # noqa: E402
 from transformer_xl.sb3 import TransformerXLPPO  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _sb3_logs_in_tmp(tmp_path, monkeypatch):
+    """SB3's logger makes a folder for every learn() (``$SB3_LOGDIR``, else ``/tmp/SB3-<date>``): the test's own."""
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3-logs"))
+
 
 SMALL = dict(d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32, mem_len=8, window=4)
 FAST = dict(n_steps=16, batch_size=32, n_epochs=2, policy_kwargs=SMALL, seed=0)
@@ -213,14 +220,19 @@ def test_a_time_limit_is_bootstrapped_from_the_final_observation():
     assert truncated.any() and (batch.rewards[batch.dones & ~truncated] == 0).all()
 
 
-def test_memory_learns_what_no_memory_cannot():
+def test_memory_learns_what_no_memory_cannot(tmp_path):
     """The cue task needs the first observation at the last step: with memory the agent learns it; with
-    ``mem_len=0`` it stays at chance."""
-    scores = {}
+    ``mem_len=0`` it stays at chance. SB3's ``EvalCallback`` judges it while it learns, through ``predict``'s
+    state as ``evaluate_policy`` does after."""
+    scores, judged = {}, {}
     for mem_len in (6, 0):
         env = venv(n=16, delay=3)
         model = TransformerXLPPO("MlpPolicy", env, n_steps=32, batch_size=256, learning_rate=3e-3, seed=3,
                                  policy_kwargs={**SMALL, "mem_len": mem_len})
-        model.learn(total_timesteps=12_288)
+        evaluator = EvalCallback(venv(n=4, delay=3), n_eval_episodes=40, eval_freq=12_288 // 16 // 2,
+                                 log_path=str(tmp_path / f"eval{mem_len}"), verbose=0)
+        model.learn(total_timesteps=12_288, callback=evaluator)
         scores[mem_len], _ = evaluate_policy(model, venv(n=4, delay=3), n_eval_episodes=100)
+        judged[mem_len] = np.load(tmp_path / f"eval{mem_len}" / "evaluations.npz")["results"].mean(axis=1)
     assert scores[6] > 0.8 and scores[0] < 0.3, scores
+    assert judged[6][-1] > 0.8 and judged[0].max() < 0.3, judged
