@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import time
+from pathlib import Path
+from typing import List, Optional
 
 import torch
 
@@ -68,3 +71,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=int, default=default)
     for name, default in (("dropout", 0.1), ("dropatt", 0.0), ("lr", 2.5e-4)):
         parser.add_argument(f"--{name}", type=float, default=default)
+
+
+def jsonl_rows(path: Path) -> List[dict]:
+    """The records of a JSON-lines results file (one finished run a line), blank lines skipped."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def first_reach(curve: List[dict], level: float) -> Optional[int]:
+    """The first step of a learning curve (``[{"step", "mean_return"}]``) at which the return reached ``level``."""
+    return next((p["step"] for p in curve if p["mean_return"] is not None and p["mean_return"] >= level), None)

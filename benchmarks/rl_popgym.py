@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, first_reach, jsonl_rows
 
 TASKS = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatPreviousMedium-v0", "popgym-RepeatFirstEasy-v0",
          "popgym-CountRecallEasy-v0", "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0",
@@ -177,7 +177,7 @@ def run_cleanrl(task: str, seed: int, steps: int, checkout: Path, python: str, r
 def done_keys(path: Path) -> set:
     if not path.is_file():
         return set()
-    return {(r["task"], r["agent"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())}
+    return {(r["task"], r["agent"], r["seed"]) for r in jsonl_rows(path)}
 
 
 def run_job(job: tuple, args, root: Path, out: Path) -> None:
@@ -203,10 +203,6 @@ def txl_steps(task: str) -> int:
     return resolve_settings(task, {})[0].total_steps
 
 
-def first_reach(curve: List[dict], level: float) -> Optional[int]:
-    return next((p["step"] for p in curve if p["mean_return"] is not None and p["mean_return"] >= level), None)
-
-
 def fall_after(curve: List[dict], level: float = 0.9) -> Optional[float]:
     """The largest fall of the curve below its best so far, once it has reached ``level`` (None if it never did)."""
     best, fall = None, 0.0
@@ -223,7 +219,7 @@ def fall_after(curve: List[dict], level: float = 0.9) -> Optional[float]:
 
 def table(path: Path) -> str:
     rows: Dict[tuple, List[dict]] = {}
-    for r in map(json.loads, path.read_text().splitlines()):
+    for r in jsonl_rows(path):
         rows.setdefault((r["task"], r["agent"]), []).append(r)
     best = {}
     for (task, _), runs in rows.items():

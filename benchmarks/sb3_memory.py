@@ -36,9 +36,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import first_reach, jsonl_rows
 
 TASKS = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0"]
 AGENTS = {"txlppo": "TransformerXLPPO (GTrXL)", "recurrentppo": "RecurrentPPO (LSTM)", "ppo": "PPO (no memory)"}
@@ -102,7 +103,7 @@ def run_one(task: str, agent: str, seed: int, steps: int) -> dict:
 def done_keys(path: Path) -> set:
     if not path.is_file():
         return set()
-    return {(r["task"], r["agent"], r["seed"]) for r in rows_of(path) if "error" not in r}
+    return {(r["task"], r["agent"], r["seed"]) for r in jsonl_rows(path) if "error" not in r}
 
 
 def run_job(job: tuple, steps: int, out: Path) -> None:
@@ -122,19 +123,11 @@ def run_job(job: tuple, steps: int, out: Path) -> None:
     print(f"  {task} {agent} seed {seed}: {shown}", flush=True)
 
 
-def rows_of(path: Path) -> List[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def first_reach(curve: List[dict], level: float) -> Optional[int]:
-    return next((p["step"] for p in curve if p["mean_return"] is not None and p["mean_return"] >= level), None)
-
-
 def table(path: Path) -> str:
     rows: Dict[tuple, List[dict]] = {}
-    for r in rows_of(path):
+    for r in jsonl_rows(path):
         rows.setdefault((r["task"], r["agent"]), []).append(r)
-    cpus = sorted({r["cpu"] for r in rows_of(path) if "cpu" in r})
+    cpus = sorted({r["cpu"] for r in jsonl_rows(path) if "cpu" in r})
     lines = [*cpus, "", f"| task | agent | seeds | evaluate_policy mean return (100 episodes, deterministic) | "
              f"steps to {LEVEL} (median, runs) | steps/s while learning | wall time per run |",
              "|---|---|---|---|---|---|---|"]
