@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .errors import ConfigError, MissingExtraError
 from .rl import ppo
-from .rl.agent import AgentConfig, MemoryAgent, State
+from .rl.agent import AgentConfig, MemoryAgent, State, carried
 
 try:  # the sb3 extra
     from gymnasium import spaces
@@ -134,14 +134,9 @@ class TransformerXLPolicy(BasePolicy):
         self.set_training_mode(False)
         obs, vectorized = self.obs_to_tensor(observation)
         n = next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
-        if episode_start is None:
-            starts = torch.full((n,), state is None, dtype=torch.bool)
-        else:
-            starts = torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(n))
-        memory = self.initial_state(n) if state is None else tuple(torch.as_tensor(s, device=self.device)
-                                                                   for s in state)
+        starts, memory = carried(n, state, episode_start, self.initial_state, self.device)
         with torch.no_grad():
-            logits, _, memory = self.step(obs, starts.to(self.device), memory)
+            logits, _, memory = self.step(obs, starts, memory)
             dist = self.distribution(logits)
             actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
         actions = actions.reshape((-1, *self.action_space.shape))

@@ -142,15 +142,7 @@ def test_the_update_replays_what_collection_computed():
     with torch.no_grad():
         for p in model.policy.agent.parameters():  # far from the near-uniform first policy
             p.normal_(0.0, 0.3)
-    model._setup_learn(total_timesteps=72, callback=None)
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class Nothing(BaseCallback):
-        def _on_step(self) -> bool:
-            return True
-
-    callback = Nothing()
-    callback.init_callback(model)
+    _, callback = model._setup_learn(total_timesteps=72, callback=None)  # SB3's own no-op callback, initialised
     for _ in range(2):  # the second iteration starts with memories mid-episode
         assert model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
         batch = model.rollout_buffer.batch
@@ -205,15 +197,7 @@ def test_a_time_limit_is_bootstrapped_from_the_final_observation():
     SB3's PPO does; an episode that terminates does not."""
     model = TransformerXLPPO("MlpPolicy", venv(n=2, delay=6, time_limit=3), n_steps=8, batch_size=16,
                              policy_kwargs=SMALL, seed=0, gamma=0.9)
-    model._setup_learn(total_timesteps=16, callback=None)
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class Nothing(BaseCallback):
-        def _on_step(self) -> bool:
-            return True
-
-    callback = Nothing()
-    callback.init_callback(model)
+    _, callback = model._setup_learn(total_timesteps=16, callback=None)
     model.collect_rollouts(model.env, callback, model.rollout_buffer, 8)
     batch = model.rollout_buffer.batch
     truncated = batch.dones & (batch.rewards != 0)  # the cut steps: reward 0 from the env, a value added

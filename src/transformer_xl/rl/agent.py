@@ -290,13 +290,8 @@ class MemoryAgent(nn.Module):
         obs = observation if batched else _add_batch(observation)
         x = encoder.encode(obs) if encoder is not None else torch.as_tensor(np.asarray(obs), dtype=torch.float32)
         x = x.to(self.policy.weight.device)
-        n = x.size(0)
-        if episode_start is None:
-            starts = torch.full((n,), state is None, dtype=torch.bool)
-        else:
-            starts = torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(n))
-        state = self.initial_state(n) if state is None else tuple(torch.as_tensor(t) for t in state)
-        logits, _, state = self.step(x, starts.to(x.device), state)
+        starts, state = carried(x.size(0), state, episode_start, self.initial_state, x.device)
+        logits, _, state = self.step(x, starts, state)
         dist = self.distribution(logits)
         actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
         if not batched:
@@ -380,6 +375,18 @@ class AgentStepper:
         hidden = self.core.step(self.agent.inputs(obs[:, None], starts[:, None]), starts[:, None])
         logits, value = self.agent.heads(hidden[:, 0])
         return logits, value
+
+
+def carried(n: int, state: Optional[Tuple], episode_start, fresh, device) -> Tuple[Tensor, State]:
+    """``predict``'s protocol (``RecurrentPPO``'s) for ``n`` environments: ``starts [n]`` from ``episode_start``
+    (None: True on the first call, when ``state`` is None, and False after) and the memory to step from, ``state``
+    as the previous call returned it or ``fresh(n)``, both on ``device``."""
+    if episode_start is None:
+        starts = torch.full((n,), state is None, dtype=torch.bool)
+    else:
+        starts = torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(n))
+    memory = fresh(n) if state is None else tuple(torch.as_tensor(t) for t in state)
+    return starts.to(device), tuple(t.to(device) for t in memory)
 
 
 def _add_batch(observation):
