@@ -182,6 +182,8 @@ ROWS = [
     ([*B, "--d-inner", "-1"], "--d-inner"),
     ([*B, "--attn-lens", "100000"], "--attn-lens"),
     ([*B, "--plot", "{R}/speed.txt"], "--plot"),
+    ([*B, "--device", "banana"], "banana"),
+    ([*B, "--device", "cuda:3"], "cuda:3"),
     # txl train (nothing may be written: the run directory is never created)
     ([*T, "--max-steps", "0"], "max_steps"),
     ([*T, "--max-steps", "-1"], "max_steps"),

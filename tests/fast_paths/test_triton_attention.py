@@ -308,9 +308,15 @@ def test_cpu_tensors_are_not_available():
 @pytest.mark.parametrize("variant", [dict(), dict(same_length=True, mem_len=6), dict(pre_lnorm=True, untie_r=True),
                                      dict(same_length=True, mem_len=6, same_length_extra=1),
                                      dict(d_model=100, n_head=3, d_head=40)])
-def test_model_with_fused_attention_equals_plain(variant):
-    """``model.set_attention("triton")``: losses, gradients and memories of a training step equal the plain path."""
+def test_model_with_fused_attention_equals_plain(variant, monkeypatch):
+    """``model.set_attention("triton")``: losses, gradients and memories of a training step equal the plain path.
+    The kernel runs in IEEE float32 here (where the model would not choose it on a GPU: ``pays_off``) so that the
+    comparison is tight."""
     import sys
+
+    calls = []
+    monkeypatch.setattr(ta, "pays_off", lambda q: True)
+    monkeypatch.setattr(ta, "rel_attention", lambda *a, _f=ta.rel_attention, **k: calls.append(1) or _f(*a, **k))
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
     from helpers import random_tokens, tiny_model
@@ -330,6 +336,7 @@ def test_model_with_fused_attention_equals_plain(variant):
         runs.append((out, {n: p.grad.clone() for n, p in model.named_parameters()}))
         model.zero_grad(set_to_none=True)
     (plain, plain_grads), (fused, fused_grads) = runs
+    assert len(calls) == 2 * model.config.n_layer  # the kernel ran in every layer of both segments
     torch.testing.assert_close(fused.losses, plain.losses, rtol=1e-4, atol=1e-5)
     for name, g in plain_grads.items():
         torch.testing.assert_close(fused_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)

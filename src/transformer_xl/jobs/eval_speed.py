@@ -29,6 +29,7 @@ import torch
 
 from ..analysis.figures import check_image_path, pyplot, save_figure
 from ..data import load_corpus
+from ..devices import resolve_device
 from ..errors import ConfigError
 from ..evaluation.token_losses import WINDOWS_PER_CALL, segment_losses, sliding_losses
 from ..model import TransformerXL, TransformerXLConfig
@@ -76,15 +77,26 @@ def _timed(fn):
     return result, time.perf_counter() - start
 
 
+def windows_per_call(config: TransformerXLConfig, attn_len: int, device) -> int:
+    """Windows of ``attn_len`` tokens the vanilla model runs per forward pass: up to ``WINDOWS_PER_CALL``, halved
+    while one pass would need more than half the memory free on ``device`` (its ``[W, H, A, A]`` scores)."""
+    avail, w = available_bytes(device), WINDOWS_PER_CALL
+    while w > 1 and avail is not None and forward_footprint(config, w, attn_len, 0).total > avail / 2:
+        w //= 2
+    return w
+
+
 def measure(vanilla, xl, data, attn_lens: Sequence[int], vanilla_tokens: int, xl_tokens: int,
             batch_size: int = 1, seg_len: int = 128) -> List[SpeedRow]:
     rows = []
+    device = next(vanilla.parameters()).device
     for a in attn_lens:
         seg = min(a, seg_len)
         n_van = max(1, vanilla_tokens // batch_size)
+        per_call = windows_per_call(vanilla.config, a, device)
         # vanilla: time only full windows of A tokens (the shorter prefixes of a row's start are skipped)
         _, t_van = _timed(lambda: sliding_losses(vanilla, data, batch_size, window=a, max_tokens=a - 1 + n_van,
-                                                 first=a - 1))
+                                                 first=a - 1, windows_per_call=per_call))
         # Transformer-XL: every token from the row start; the first A (memory still filling) are a bit
         # cheaper, so at least 4 A tokens are timed
         n_xl = max(4 * a, xl_tokens // batch_size)
@@ -144,9 +156,11 @@ class EvalSpeedSettings:
     n_head: int = 8
     d_inner: int = 1024
     plot: Optional[str] = "eval_speed.png"
+    device: str = "auto"  # auto (CUDA when available), cpu, cuda, cuda:N
 
     def models(self, device=None):
-        return bench_models(self.n_layer, self.d_model, self.n_head, self.d_inner, n_token=256, device=device)
+        return bench_models(self.n_layer, self.d_model, self.n_head, self.d_inner, n_token=256,
+                            device=device or resolve_device(self.device))
 
 
 def check_eval_speed(s: EvalSpeedSettings) -> None:
@@ -156,11 +170,11 @@ def check_eval_speed(s: EvalSpeedSettings) -> None:
         raise ConfigError(f"--n-head: {s.n_head} does not divide --d-model {s.d_model}")
     if s.plot:
         check_image_path(s.plot, "--plot")
-    avail = available_bytes("cpu")
+    avail = available_bytes(resolve_device(s.device))
     if avail is not None:
         a = max(s.attn_lens)
         vanilla, xl = s.models(device="meta")
-        peak = max(forward_footprint(vanilla.config, WINDOWS_PER_CALL, a, 0).total,
+        peak = max(forward_footprint(vanilla.config, 1, a, 0).total,  # one window per pass at the least
                    forward_footprint(xl.config, 1, min(a, 128), a).total)
         if peak > MARGIN * avail:
             raise ConfigError(f"--attn-lens {a}: needs about {format_bytes(peak)} of memory, but "
@@ -176,6 +190,8 @@ def run_eval_speed(s: EvalSpeedSettings) -> List[SpeedRow]:
     """Time both models at every attention length (after :func:`check_eval_speed`), and plot the speed-ups."""
     data = default_tokens(required_tokens(s.attn_lens, s.vanilla_tokens, s.xl_tokens)).numpy()
     vanilla, xl = s.models()
+    if next(xl.parameters()).device.type == "cuda":  # CUDA's context, kernels and cuBLAS handles, untimed
+        measure(vanilla, xl, data, s.attn_lens[:1], 2, 2)
     rows = measure(vanilla, xl, data, s.attn_lens, s.vanilla_tokens, s.xl_tokens)
     if s.plot:
         plot_speed(rows, s.plot)

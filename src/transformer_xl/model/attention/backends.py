@@ -201,9 +201,10 @@ def streamed_attention(call: AttentionCall) -> Tensor:
 
 
 def triton_attention(call: AttentionCall) -> Tensor:
-    """The fused kernel where it can run (CUDA, no attention dropout, a segment's rule of window, episodes and
-    hidden keys); elsewhere streamed with ``chunk > 0``, else plain."""
-    if not (triton_kernel.is_available(call.q) and not call.dropout_active and call.vis.kernel_rule):
+    """The fused kernel where it can run and pays (CUDA, 16-bit inputs or TF32 allowed, no attention dropout, a
+    segment's rule of window, episodes and hidden keys); elsewhere streamed with ``chunk > 0``, else plain."""
+    if not (triton_kernel.is_available(call.q) and triton_kernel.pays_off(call.q) and not call.dropout_active
+            and call.vis.kernel_rule):
         return streamed_attention(call)
     k, v = call.keys_values()
     return triton_kernel.rel_attention(call.q, k, v, call.r_k, call.u, call.v_bias, call.scale,

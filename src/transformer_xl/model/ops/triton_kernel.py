@@ -105,6 +105,14 @@ def is_available(*tensors: Tensor) -> bool:
     return all(t.is_cuda for t in tensors)
 
 
+def pays_off(q: Tensor) -> bool:
+    """Whether the kernel is the fast choice for inputs of ``q``'s dtype: bfloat16 and float16, or float32 with
+    TF32 allowed. With IEEE float32 its dot products ran 2x (M = 128) to 14x (M = 8192) slower than the plain
+    path's cuBLAS on an H100 (``benchmarks/gpu_attention.py --dtype float32``); the model then uses the other
+    paths. Under Triton's interpreter (tests) it always runs."""
+    return q.dtype != torch.float32 or _interpreting() or torch.get_float32_matmul_precision() != "highest"
+
+
 if triton is not None and _HAS_GATHER:
 
     @triton.jit
