@@ -120,6 +120,21 @@ def test_eval_and_plot_on_an_rl_run_point_to_rl_eval(tmaze_run):
         assert words in done.stderr and "txl rl-eval runs/tmaze" in done.stderr
 
 
+def test_rl_eval_without_an_agent_says_what_to_give_or_type(tmp_path):
+    """A missing folder, a folder that is no run, and a run killed before it wrote ``agent/``: one line each, exit 2,
+    the last with the command that continues the run."""
+    (tmp_path / "empty").mkdir()
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "run.yaml").write_text(yaml.safe_dump({"env_id": "popgym-RepeatFirstEasy-v0", "steps": 40_000}))
+    for folder, words in (("missing", "missing: no such folder; give the --run-dir of a txl rl run"),
+                          ("empty", "empty: not an agent folder (no agent.json); give the --run-dir of a txl rl run"),
+                          ("killed", "continue it with: txl rl popgym-RepeatFirstEasy-v0 --resume --run-dir killed")):
+        done = txl(tmp_path, "rl-eval", folder)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert words in done.stderr, done.stderr
+
+
 def test_a_trained_agent_plays_through_predict_on_raw_observations(tmaze_run):
     """A fresh process, as docs/RL.md shows: the agent from its folder, the environment from gymnasium, the
     memory carried by the caller; the same returns as ``txl rl-eval`` over the same episodes."""
