@@ -22,6 +22,7 @@ a run and the environment steps per second while learning, with the CPU named::
     python benchmarks/rl_popgym.py --seeds 3 --out popgym.jsonl
     python benchmarks/rl_popgym.py --tasks popgym-RepeatPreviousEasy-v0 --agents gtrxl recurrentppo --seeds 1
     python benchmarks/rl_popgym.py --table popgym.jsonl          # the table of runs done so far
+    python benchmarks/rl_popgym.py --table popgym.jsonl --curves curves.png --agents gtrxl   # and the curves
 """
 
 from __future__ import annotations
@@ -254,6 +255,41 @@ def table(path: Path) -> str:
     return "\n".join(lines)
 
 
+def plot_curves(path: Path, out: Path, agents: List[str]) -> None:
+    """One panel per task: every run's mean return of the last 100 episodes against the steps (one line per seed,
+    a colour per agent), with the 0.9 level dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs: Dict[str, Dict[str, List[dict]]] = {}
+    for r in jsonl_rows(path):
+        if "error" not in r and r.get("curve") and r["agent"] in agents:
+            runs.setdefault(r["task"], {}).setdefault(r["agent"], []).append(r)
+    tasks = list(runs)
+    cols = min(3, len(tasks))
+    rows = (len(tasks) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False, dpi=100)
+    colours = dict(zip(AGENTS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for ax, task in zip(axes.flat, tasks):
+        for agent, agent_runs in runs[task].items():
+            for i, r in enumerate(sorted(agent_runs, key=lambda r: r["seed"])):
+                points = [(p["step"], p["mean_return"]) for p in r["curve"] if p["mean_return"] is not None]
+                ax.plot([x / 1e3 for x, _ in points], [y for _, y in points], color=colours[agent], lw=1,
+                        alpha=0.85, label=agent if i == 0 else None)
+        ax.axhline(0.9, color="grey", ls="--", lw=0.8)
+        ax.set_title(task.removeprefix("popgym-"), fontsize=9)
+        ax.set_xlabel("environment steps (thousands)", fontsize=8)
+        ax.set_ylabel("mean return, last 100 episodes", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(out)
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="*", default=TASKS)
@@ -265,9 +301,12 @@ def main() -> None:
     parser.add_argument("--cleanrl", type=Path, help="a checkout of vwxyzjn/cleanrl (for --agents cleanrl)")
     parser.add_argument("--cleanrl-python", default=sys.executable, help="the python of CleanRL's environment")
     parser.add_argument("--table", type=Path, help="only print the table of this file")
+    parser.add_argument("--curves", type=Path, help="with --table: also plot its runs' learning curves (PNG)")
     args = parser.parse_args()
     if args.table:
         print(table(args.table))
+        if args.curves:
+            plot_curves(args.table, args.curves, args.agents)
         return
     import torch
 

@@ -218,7 +218,7 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         learning_rate: a float or a schedule; the default falls linearly from 5e-4 to 0, as ``txl rl``'s.
         n_steps: steps per environment per iteration; a multiple of the policy's ``window``.
         batch_size: samples per minibatch, in whole windows (``n_envs * n_steps`` a multiple of it).
-        n_epochs, gamma, gae_lambda, clip_range, ent_coef, vf_coef, max_grad_norm: as SB3's PPO.
+        n_epochs, gamma, gae_lambda, clip_range, ent_coef, vf_coef, max_grad_norm, target_kl: as SB3's PPO.
         policy_kwargs: the agent's shape (``mem_len=64, gating="gru", core="trxl", d_model=64, n_layer=2,
             window=16``...), and SB3's ``features_extractor_class``, ``optimizer_kwargs``.
     """
@@ -229,7 +229,7 @@ class TransformerXLPPO(OnPolicyAlgorithm):
                  = LinearSchedule(5e-4, 0.0, 1.0), n_steps: int = 128, batch_size: int = 256, n_epochs: int = 4,
                  gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: Union[float, Schedule] = 0.2,
                  ent_coef: float = 0.01, vf_coef: float = 0.5, max_grad_norm: float = 0.5,
-                 stats_window_size: int = 100, tensorboard_log: Optional[str] = None,
+                 target_kl: Optional[float] = None, stats_window_size: int = 100, tensorboard_log: Optional[str] = None,
                  policy_kwargs: Optional[Dict[str, Any]] = None, verbose: int = 0, seed: Optional[int] = None,
                  device: Union[torch.device, str] = "cpu", _init_setup_model: bool = True):
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, gamma=gamma,
@@ -238,7 +238,7 @@ class TransformerXLPPO(OnPolicyAlgorithm):
                          tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,
                          device=device, _init_setup_model=False,
                          supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete))
-        self.batch_size, self.n_epochs, self.clip_range = batch_size, n_epochs, clip_range
+        self.batch_size, self.n_epochs, self.clip_range, self.target_kl = batch_size, n_epochs, clip_range, target_kl
         self._collector: Optional[ppo.Collector] = None
         if _init_setup_model:
             self._setup_model()
@@ -315,7 +315,7 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         cfg = ppo.PPOConfig(envs=self.n_envs, rollout=self.n_steps, epochs=self.n_epochs,
                             minibatches=samples // self.batch_size, clip=clip, ent_coef=self.ent_coef,
                             vf_coef=self.vf_coef, max_grad_norm=self.max_grad_norm, gamma=self.gamma,
-                            gae_lambda=self.gae_lambda)
+                            gae_lambda=self.gae_lambda, target_kl=self.target_kl)
         gen = torch.Generator().manual_seed(int(self.seed or 0) * 100_003 + self._n_updates)
         stats = ppo.update(self.policy, self.policy.optimizer, batch, cfg, self.policy.window, gen)
         self._n_updates += self.n_epochs

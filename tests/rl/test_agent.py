@@ -138,6 +138,34 @@ def test_collection_after_an_update_still_equals_its_replay(core):
     vec.close()
 
 
+@pytest.mark.parametrize("target_kl", [None, 1e-6, 10.0])
+def test_target_kl_ends_an_iterations_passes_where_the_policy_has_moved_too_far(target_kl):
+    """SB3's rule: a minibatch whose KL from the collecting policy is above 1.5 x target_kl takes no step, and
+    no later one does. The first minibatch replays the collecting policy (KL 0) and always steps; a tiny target
+    stops at the second; a loose one or none lets every pass run, with the same weights as no target."""
+    def run(kl):
+        torch.manual_seed(0)
+        vec, first = make_envs(ENV_ID, 6, 0)
+        encoder = ObservationEncoder(vec.single_observation_space)
+        agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=2, **SMALL, mem_len=5))
+        batch = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first).collect(24, agent.config.window)
+        vec.close()
+        cfg = PPOConfig(envs=6, rollout=24, minibatches=3, epochs=2, lr=3e-2, target_kl=kl)
+        ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
+        stats = ppo.update(agent, optimizer, batch, cfg, agent.config.window, torch.Generator().manual_seed(0))
+        return stats, [p.detach().clone() for p in agent.parameters()]
+
+    stats, weights = run(target_kl)
+    if target_kl is None:
+        assert "updates" not in stats
+        return
+    assert stats["updates"] == (1 if target_kl < 1e-3 else 6), stats
+    _, unlimited = run(None)
+    same = all(torch.equal(a, b) for a, b in zip(weights, unlimited))
+    assert same == (target_kl > 1.0)
+
+
 def test_a_stepper_synced_after_the_weights_change_steps_as_the_state_does():
     torch.manual_seed(0)
     agent = MemoryAgent(AgentConfig(obs_dim=3, n_actions=4, **{**SMALL, "mem_len": 6})).eval()

@@ -82,7 +82,8 @@ def add(sub) -> None:
                                          at_least("--threads", 1), at_least("--d-model", 1), at_least("--n-layer", 1),
                                          at_least("--window", 1), at_least("--rollout", 1), positive("--lr"),
                                          at_least("--epochs", 1), at_least("--minibatches", 1),
-                                         at_least("--ent-coef", 0), ("--gamma", 0, 1, False),
+                                         at_least("--ent-coef", 0), at_least("--target-kl", 0),
+                                         ("--gamma", 0, 1, False),
                                          ("--gae-lambda", 0, 1, False)))
 
 
@@ -98,6 +99,9 @@ def _add_ppo_options(p) -> None:
     opt.add_argument("--epochs", type=int, metavar="N", help=f"passes over each iteration's data (default: {d.epochs})")
     opt.add_argument("--minibatches", type=int, metavar="N", help=f"minibatches per pass (default: {d.minibatches})")
     opt.add_argument("--ent-coef", type=float, metavar="C", help=f"weight of the entropy bonus (default: {d.ent_coef})")
+    opt.add_argument("--target-kl", type=float, metavar="KL",
+                     help="end an iteration's passes once a minibatch's KL divergence from the policy that collected "
+                          f"exceeds 1.5 x KL, as Stable-Baselines3 does (0: never; default: {d.target_kl or 0})")
     opt.add_argument("--gamma", type=float, metavar="G", help=GAMMA_HELP % {"default": d.gamma})
     opt.add_argument("--gae-lambda", type=float, metavar="L",
                      help=f"GAE's lambda: the bias-variance trade of the advantages (default: {d.gae_lambda})")
@@ -121,7 +125,8 @@ def given_settings(args) -> dict:
              "n_layer": args.n_layer, "window": args.window}
     ppo = {"envs": args.envs, "rollout": args.rollout, "lr": args.lr, "epochs": args.epochs,
            "minibatches": args.minibatches, "ent_coef": args.ent_coef, "gamma": args.gamma,
-           "gae_lambda": args.gae_lambda}
+           "gae_lambda": args.gae_lambda,
+           "target_kl": args.target_kl}
     given = {k: v for k, v in top.items() if v is not None}
     for name, group in (("agent", agent), ("ppo", ppo)):
         group = {k: v for k, v in group.items() if v is not None}

@@ -52,6 +52,7 @@ class PPOConfig:
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
+    target_kl: Optional[float] = None  # end an iteration's passes once a minibatch's KL > 1.5x this (SB3); 0/None: off
 
     def check(self, window: int) -> None:
         for name in ("envs", "rollout", "epochs", "minibatches"):
@@ -252,20 +253,26 @@ def update(agent: MemoryAgent, optimizer, batch: Batch, cfg: PPOConfig, window: 
     n_windows = batch.starts.size(0) // window * batch.starts.size(1)
     old = [windows(x, window) for x in (batch.log_probs, batch.advantages, batch.returns)]
     totals: Dict[str, float] = {}
-    count = 0
-    for _ in range(cfg.epochs):
-        for rows in torch.randperm(n_windows, generator=gen).chunk(cfg.minibatches):
-            new_log_probs, values, entropy = replay(agent, batch, rows, window)
-            old_log_probs, adv, returns = (x[rows] for x in old)
-            loss, stats = ppo_loss(new_log_probs, old_log_probs, adv, values, returns, entropy, cfg)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm))
-            optimizer.step()
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + v
-            count += 1
-    return {k: v / count for k, v in totals.items()}
+    count = updates = 0
+    for rows in (r for _ in range(cfg.epochs) for r in torch.randperm(n_windows, generator=gen).chunk(cfg.minibatches)):
+        new_log_probs, values, entropy = replay(agent, batch, rows, window)
+        old_log_probs, adv, returns = (x[rows] for x in old)
+        loss, stats = ppo_loss(new_log_probs, old_log_probs, adv, values, returns, entropy, cfg)
+        count += 1
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v
+        if cfg.target_kl and stats["approx_kl"] > 1.5 * cfg.target_kl:
+            break  # the policy has moved as far from the one that collected as it may: no more steps this iteration
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm))
+        optimizer.step()
+        updates += 1
+    means = {k: v / (updates if k == "grad_norm" else count) for k, v in totals.items()}
+    if cfg.target_kl:
+        means["updates"] = updates  # of epochs x minibatches
+    return means
 
 
 __all__ = ["Batch", "Collector", "GymVector", "PPOConfig", "Stepped", "advantages", "ppo_loss", "replay", "select",
