@@ -14,7 +14,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 
 step "CUDA tests"
-timeout 240 python -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py tests/fast_paths/test_triton_attention.py \
+XDIST=$(python -c "import xdist" 2>/dev/null && echo "-n 8")  # pytest-xdist, where installed: Triton compiles in parallel
+timeout 400 python -m pytest -q -rs $XDIST -p no:cacheprovider tests/test_cuda.py tests/fast_paths/test_triton_attention.py \
     "tests/model/test_backbone.py::test_packed_episodes_equal_each_episode_alone" 2>&1 | tee "$OUT/pytest_cuda.log" | tail -40
 
 step "fused attention against the plain path (bf16, then fp32)"
