@@ -21,20 +21,27 @@ class MatmulReference:
     work, the first bf16 product runs at a fraction of the AMX rate.
     """
 
-    def __init__(self, dtype=torch.float32, n: int = 1024, repeat: int = 3):
-        self.a = torch.randn(n, n).to(dtype)
-        self.b = torch.randn(n, n).to(dtype)
+    def __init__(self, dtype=torch.float32, n: int = 1024, repeat: int = 3, device: str = "cpu"):
+        self.a = torch.randn(n, n).to(device, dtype)
+        self.b = torch.randn(n, n).to(device, dtype)
         self.flops = 2.0 * n ** 3 * repeat
         self.repeat = repeat
+        self.cuda = self.a.is_cuda
         for _ in range(2):
             self.a @ self.b
 
     def __call__(self) -> float:
         self.a @ self.b  # untimed: wakes the matrix units (AMX for bf16) from whatever ran before
+        self._sync()
         start = time.perf_counter()
         for _ in range(self.repeat):
             self.a @ self.b
+        self._sync()
         return self.flops / (time.perf_counter() - start)
+
+    def _sync(self) -> None:
+        if self.cuda:  # a GPU's products are queued: wait for them
+            torch.cuda.synchronize()
 
 
 def current_rss_bytes() -> int:

@@ -7,7 +7,8 @@ Each variant starts from the same weights and reads the same random byte tokens.
 - ms/step and tokens/s (median of ``--steps`` timed steps after ``--warmup`` steps, CUDA-synchronised);
 - peak memory (``torch.cuda.max_memory_allocated`` over the timed steps);
 - MFU: the step's FLOPs (``torch.utils.flop_counter`` on one step) per second over the dense bf16 matmul rate
-  measured on this card in the same run (an 8192^3 product), so the figure needs no datasheet;
+  measured on this card in the same run (``common.MatmulReference``, ten 8192^3 products), so the figure needs no
+  datasheet;
 - the mean loss of the timed steps, to show the variants compute the same thing.
 
 Default model: the paper's enwik8 base shape (12 layers, d_model 512, 8 heads of 64, d_inner 2048, tgt_len =
@@ -21,29 +22,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import MatmulReference
+
 VARIANTS = ["fp32:plain", "fp32:triton", "bf16:plain", "bf16:triton", "fp16:plain", "fp16:triton"]
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def matmul_rate(n: int = 8192, device: str = "cuda", repeat: int = 10) -> float:
-    """Dense bf16 FLOP/s of an n^3 product on this card (mean of ``repeat`` after three warm-ups)."""
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    sync()
-    start = time.perf_counter()
-    for _ in range(repeat):
-        a @ b
-    sync()
-    return 2 * n ** 3 * repeat / (time.perf_counter() - start)
 
 
 def sync() -> None:
@@ -126,7 +118,7 @@ def main() -> None:
     state = TransformerXL(cfg).state_dict()
     steps_needed = (args.warmup + args.steps + 2) * args.tgt_len + 1
     tokens = torch.randint(0, 256, (args.batch, steps_needed), generator=torch.Generator().manual_seed(0)).to(device)
-    peak = matmul_rate(256 if args.cpu else 8192, device)
+    peak = MatmulReference(torch.bfloat16, n=256 if args.cpu else 8192, repeat=10, device=device)()
     card = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     print(f"{card}, torch {torch.__version__}; dense bf16 matmul measured: "
           f"{peak / 1e12:.0f} TFLOP/s. Model: {args.n_layer} layers, d_model {args.d_model}, {args.n_head} heads, "

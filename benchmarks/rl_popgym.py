@@ -258,11 +258,9 @@ def table(path: Path) -> str:
 def plot_curves(path: Path, out: Path, agents: List[str]) -> None:
     """One panel per task: every run's mean return of the last 100 episodes against the steps (one line per seed,
     a colour per agent), with the 0.9 level dashed."""
-    import matplotlib
+    from transformer_xl.analysis.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs: Dict[str, Dict[str, List[dict]]] = {}
     for r in jsonl_rows(path):
         if "error" not in r and r.get("curve") and r["agent"] in agents:
@@ -285,8 +283,7 @@ def plot_curves(path: Path, out: Path, agents: List[str]) -> None:
         ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(out)
+    save_figure(fig, out, "--curves")
     print(f"wrote {out}")
 
 
