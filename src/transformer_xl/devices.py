@@ -30,7 +30,9 @@ def resolve_device(name: str) -> torch.device:
         return device
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"device: {name} requested but CUDA is not available")
+            build = "this torch is a CPU build" if torch.version.cuda is None else "no CUDA device is visible"
+            raise ConfigError(f"device: {name} requested but CUDA is not available ({build}); use --device cpu "
+                              f"or auto")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"device: {name} requested but this machine has {torch.cuda.device_count()} "
                               f"CUDA device(s)")
@@ -38,7 +40,7 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            raise ConfigError(f"device: {name} requested but MPS is not available")
+            raise ConfigError(f"device: {name} requested but MPS is not available; use --device cpu or auto")
         return device
     raise ConfigError(f"device: {name!r} is not supported; expected auto, cpu, cuda, cuda:N or mps")
 

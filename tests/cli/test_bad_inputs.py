@@ -273,6 +273,15 @@ def test_bad_input_in_a_real_process(root, argv, expected):
     assert proc.stdout == ""
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: --device cuda is no error here")
+def test_a_device_this_machine_lacks_names_the_flag_to_change(root):
+    """``--device cuda`` without CUDA: one line that says why and which ``--device`` to give instead."""
+    proc = _python([a.replace("{R}", str(root)) for a in [*G, "--device", "cuda"]])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "device: cuda requested but CUDA is not available" in lines[0] and "use --device cpu or auto" in lines[0]
+
+
 def test_guard_unexpected_exception_one_line_or_traceback_with_debug(capsys, stderr_logging, monkeypatch):
     def boom(args):
         raise RuntimeError("something\nbroke")
