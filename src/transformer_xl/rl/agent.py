@@ -36,7 +36,6 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
-import yaml
 from safetensors.torch import save_file
 from torch import Tensor, nn
 from torch.distributions import Categorical
@@ -316,7 +315,8 @@ class MemoryAgent(nn.Module):
             directory = directory / "agent"
         path = directory / AGENT_CONFIG
         if not path.is_file():
-            raise CheckpointError(_not_an_agent(directory))
+            raise CheckpointError(f"{directory}: no such folder" if not directory.is_dir() else
+                                  f"{directory}: not an agent folder (no {AGENT_CONFIG})")
         try:
             config = AgentConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, TypeError) as exc:
@@ -324,22 +324,6 @@ class MemoryAgent(nn.Module):
         agent = cls(config)
         load_into(agent, load_safetensors(directory / WEIGHTS_NAME), str(directory / WEIGHTS_NAME))
         return agent.to(map_location).eval()
-
-
-def _not_an_agent(directory: Path) -> str:
-    """One line for a folder without ``agent.json``, with what to give or type instead."""
-    if not directory.is_dir():
-        return f"{directory}: no such folder; give the --run-dir of a txl rl run, or its agent/ folder"
-    settings = directory / "run.yaml"
-    if settings.is_file():  # a txl rl run killed before it could write agent/ (at its end, or when stopped)
-        env_id = "ENV_ID"
-        try:
-            env_id = str(yaml.safe_load(settings.read_text(encoding="utf-8")).get("env_id", env_id))
-        except (OSError, ValueError, AttributeError, yaml.YAMLError):
-            pass
-        return (f"{directory}: this run has no agent/ yet (written when a run ends or is stopped); continue it with: "
-                f"txl rl {env_id} --resume --run-dir {directory}")
-    return f"{directory}: not an agent folder (no {AGENT_CONFIG}); give the --run-dir of a txl rl run, or its agent/"
 
 
 class ActionDistribution:

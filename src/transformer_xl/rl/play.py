@@ -20,11 +20,10 @@ import numpy as np
 import torch
 import yaml
 
-from ..errors import ConfigError, MissingExtraError, one_line
-from .agent import MemoryAgent
+from ..errors import CheckpointError, ConfigError, MissingExtraError, one_line
+from .agent import AGENT_CONFIG, MemoryAgent
 from .envs import ObservationEncoder, env_factory, gymnasium, make_envs
-
-SETTINGS_NAME = "run.yaml"
+from .runner import SETTINGS_NAME
 
 
 @dataclasses.dataclass
@@ -68,6 +67,8 @@ class PlayResult:
 def load_played(path) -> tuple:
     """``(agent, env_id, env_kwargs)`` of a run directory or agent folder (one CheckpointError line otherwise)."""
     path = Path(path)
+    if not (path / AGENT_CONFIG).is_file() and not (path / "agent" / AGENT_CONFIG).is_file():
+        raise CheckpointError(_not_an_agent(path))
     agent = MemoryAgent.from_pretrained(path)
     settings = next((p / SETTINGS_NAME for p in (path, path.parent) if (p / SETTINGS_NAME).is_file()), None)
     kwargs = {}
@@ -75,6 +76,22 @@ def load_played(path) -> tuple:
         values = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
         kwargs = dict(values.get("env_kwargs") or {}) if isinstance(values, dict) else {}
     return agent, agent.config.env_id, kwargs
+
+
+def _not_an_agent(directory: Path) -> str:
+    """One line for a folder without an agent, with what to give or type instead."""
+    if not directory.is_dir():
+        return f"{directory}: no such folder; give the --run-dir of a txl rl run, or its agent/ folder"
+    settings = directory / SETTINGS_NAME
+    if settings.is_file():  # a txl rl run killed before it could write agent/ (at its end, or when stopped)
+        env_id = "ENV_ID"
+        try:
+            env_id = str(yaml.safe_load(settings.read_text(encoding="utf-8")).get("env_id", env_id))
+        except (OSError, ValueError, AttributeError, yaml.YAMLError):
+            pass
+        return (f"{directory}: this run has no agent/ yet (written when a run ends or is stopped); continue it with: "
+                f"txl rl {env_id} --resume --run-dir {directory}")
+    return f"{directory}: not an agent folder (no {AGENT_CONFIG}); give the --run-dir of a txl rl run, or its agent/"
 
 
 def play(path, settings: Optional[PlaySettings] = None, env=None) -> PlayResult:
