@@ -256,6 +256,7 @@ def test_resume_goes_on_from_the_checkpoint(tmp_path, capsys):
     (["rl", BOX_ID], "supports discrete actions (Discrete(n), or MultiDiscrete of one dimension) only"),
     (["rl", ENV_ID, "--mem-len", "-1"], "--mem-len: must be >= 0, got -1"),
     (["rl", ENV_ID, "--rollout", "30", "--window", "4"], "rollout: must be a multiple of the window (4), got 30"),
+    (["rl", ENV_ID, "--dual-clip", "0.5"], "dual_clip: must be > 1 (or 0: off), got 0.5"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, expected):
     code = main(argv + ["--run-dir", str(tmp_path / "run"), "--no-progress"])

@@ -197,8 +197,9 @@ def test_a_family_preset_is_printed_written_and_overridden_by_a_flag(tmp_path):
     written = yaml.safe_load((tmp_path / "a/run.yaml").read_text())
     assert written["ppo"]["gamma"] == preset.settings["ppo"]["gamma"]
     done = txl(tmp_path, "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "128", "--run-dir", "b", "--gamma",
-               "0.97", *TINY)
-    assert done.returncode == 0 and yaml.safe_load((tmp_path / "b/run.yaml").read_text())["ppo"]["gamma"] == 0.97
+               "0.97", "--dual-clip", "2", *TINY)
+    written = yaml.safe_load((tmp_path / "b/run.yaml").read_text())["ppo"]
+    assert done.returncode == 0 and written["gamma"] == 0.97 and written["dual_clip"] == 2.0
 
 
 def test_the_python_entry_takes_a_factory_and_returns_the_agent(tmp_path, monkeypatch):

@@ -220,3 +220,20 @@ def test_memory_learns_what_no_memory_cannot(tmp_path):
         judged[mem_len] = np.load(tmp_path / f"eval{mem_len}" / "evaluations.npz")["results"].mean(axis=1)
     assert scores[6] > 0.8 and scores[0] < 0.3, scores
     assert judged[6][-1] > 0.8 and judged[0].max() < 0.3, judged
+
+
+def test_dual_clip_reaches_the_update_and_a_bad_one_is_one_line(monkeypatch):
+    """``dual_clip`` is the update's (``txl rl --dual-clip``); 1 or less is refused before any step."""
+    from transformer_xl.errors import ConfigError
+    seen = []
+    real = ppo.update
+
+    def update(agent, optimizer, batch, cfg, window, gen):
+        seen.append(cfg.dual_clip)
+        return real(agent, optimizer, batch, cfg, window, gen)
+
+    monkeypatch.setattr(ppo, "update", update)
+    TransformerXLPPO("MlpPolicy", venv(n=2), dual_clip=3.0, **FAST).learn(total_timesteps=64)
+    assert seen and set(seen) == {3.0}
+    with pytest.raises(ConfigError, match=r"dual_clip: must be > 1"):
+        TransformerXLPPO("MlpPolicy", venv(n=2), dual_clip=1.0, **FAST)

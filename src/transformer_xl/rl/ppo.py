@@ -53,11 +53,14 @@ class PPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     target_kl: Optional[float] = None  # end an iteration's passes once a minibatch's KL > 1.5x this (SB3); 0/None: off
+    dual_clip: Optional[float] = None  # c > 1: bound a negative advantage's term by c x adv (Ye et al. 2020); None: off
 
     def check(self, window: int) -> None:
         for name in ("envs", "rollout", "epochs", "minibatches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.dual_clip and self.dual_clip <= 1:
+            raise ConfigError(f"dual_clip: must be > 1 (or 0: off), got {self.dual_clip}")
         if self.rollout % window:
             raise ConfigError(f"rollout: must be a multiple of the window ({window}), got {self.rollout}")
         if (self.envs * self.rollout // window) % self.minibatches:
@@ -237,7 +240,10 @@ def ppo_loss(new_log_probs: Tensor, old_log_probs: Tensor, adv: Tensor, values: 
     """The clipped surrogate objective, the value loss and the entropy bonus: ``(loss, stats)``."""
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     ratio = (new_log_probs - old_log_probs).exp()
-    policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv).mean()
+    surrogate = torch.min(ratio * adv, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv)
+    if cfg.dual_clip:  # a rare action whose probability jumped, with a negative advantage: no unbounded push
+        surrogate = torch.where(adv < 0, torch.max(surrogate, cfg.dual_clip * adv), surrogate)
+    policy_loss = -surrogate.mean()
     value_loss = 0.5 * (values - returns).pow(2).mean()
     loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy.mean()
     with torch.no_grad():
