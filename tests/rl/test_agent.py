@@ -272,6 +272,22 @@ def test_missing_extra_is_one_line(tmp_path, capsys, monkeypatch):
     assert code == 2 and err == ['txl rl: error: txl rl needs gymnasium: pip install "transformer-xl[rl]"']
 
 
+def test_ctrl_c_while_starting_says_to_run_the_command_again(tmp_path, capsys, monkeypatch):
+    """Ctrl-C before the loop takes signals (here: while the environments are made): one line, exit 130, no run
+    directory, and what to type next."""
+    from transformer_xl.rl import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "make_envs", interrupted)
+    code = main(["rl", ENV_ID, "--run-dir", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and err == ["txl rl: interrupted while starting, before the first step; run the same command "
+                                   "again to start"], err
+    assert not (tmp_path / "run").exists()
+
+
 def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
     """SIGINT during a run: the iteration finishes, a checkpoint is written, one line gives the command that
     resumes it, exit 130; that command goes on from the checkpoint's step."""

@@ -163,6 +163,10 @@ def run_rl(args) -> int:
         print(f"txl rl: stopped at once by a second {stop.name}; the last checkpoint is intact (continue with: "
               f"{resume_hint})", file=sys.stderr)
         return exit_status(stop.signum)
+    except KeyboardInterrupt:  # while starting (environments, settings), before the loop takes signals itself
+        print("txl rl: interrupted while starting, before the first step; run the same command again to start",
+              file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     shown = "n/a" if result.mean_return is None else f"{result.mean_return:.3f}"
