@@ -221,6 +221,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         n_epochs, gamma, gae_lambda, clip_range, ent_coef, vf_coef, max_grad_norm, target_kl: as SB3's PPO.
         dual_clip: bounds the loss of an action whose probability rose more than ``dual_clip`` times while its
             advantage is negative (dual-clip PPO; ``txl rl --dual-clip``); None: SB3's PPO loss.
+        kl_coef: weight of the KL penalty from the collecting policy over every action (``txl rl --kl-coef``);
+            0: SB3's PPO loss.
         policy_kwargs: the agent's shape (``mem_len=64, gating="gru", core="trxl", d_model=64, n_layer=2,
             window=16``...), and SB3's ``features_extractor_class``, ``optimizer_kwargs``.
     """
@@ -231,8 +233,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
                  = LinearSchedule(5e-4, 0.0, 1.0), n_steps: int = 128, batch_size: int = 256, n_epochs: int = 4,
                  gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: Union[float, Schedule] = 0.2,
                  ent_coef: float = 0.01, vf_coef: float = 0.5, max_grad_norm: float = 0.5,
-                 target_kl: Optional[float] = None, dual_clip: Optional[float] = None, stats_window_size: int = 100,
-                 tensorboard_log: Optional[str] = None,
+                 target_kl: Optional[float] = None, dual_clip: Optional[float] = None, kl_coef: float = 0.0,
+                 stats_window_size: int = 100, tensorboard_log: Optional[str] = None,
                  policy_kwargs: Optional[Dict[str, Any]] = None, verbose: int = 0, seed: Optional[int] = None,
                  device: Union[torch.device, str] = "cpu", _init_setup_model: bool = True):
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, gamma=gamma,
@@ -242,7 +244,7 @@ class TransformerXLPPO(OnPolicyAlgorithm):
                          device=device, _init_setup_model=False,
                          supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete))
         self.batch_size, self.n_epochs, self.clip_range, self.target_kl = batch_size, n_epochs, clip_range, target_kl
-        self.dual_clip = dual_clip
+        self.dual_clip, self.kl_coef = dual_clip, kl_coef
         self._collector: Optional[ppo.Collector] = None
         if _init_setup_model:
             self._setup_model()
@@ -265,6 +267,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         if self.batch_size % window or samples % self.batch_size:
             raise ConfigError(f"batch_size: must be whole windows of {window} that divide n_envs * n_steps "
                               f"({samples}), got {self.batch_size}")
+        if self.kl_coef < 0:
+            raise ConfigError(f"kl_coef: must be >= 0, got {self.kl_coef}")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ConfigError(f"dual_clip: must be > 1 (or None: off), got {self.dual_clip}")
 
@@ -321,7 +325,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         cfg = ppo.PPOConfig(envs=self.n_envs, rollout=self.n_steps, epochs=self.n_epochs,
                             minibatches=samples // self.batch_size, clip=clip, ent_coef=self.ent_coef,
                             vf_coef=self.vf_coef, max_grad_norm=self.max_grad_norm, gamma=self.gamma,
-                            gae_lambda=self.gae_lambda, target_kl=self.target_kl, dual_clip=self.dual_clip)
+                            gae_lambda=self.gae_lambda, target_kl=self.target_kl, dual_clip=self.dual_clip,
+                            kl_coef=self.kl_coef)
         gen = torch.Generator().manual_seed(int(self.seed or 0) * 100_003 + self._n_updates)
         stats = ppo.update(self.policy, self.policy.optimizer, batch, cfg, self.policy.window, gen)
         self._n_updates += self.n_epochs
@@ -330,6 +335,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         self.logger.record("train/entropy_loss", -stats["entropy"])
         self.logger.record("train/approx_kl", stats["approx_kl"])
         self.logger.record("train/clip_fraction", stats["clipfrac"])
+        if "kl" in stats:
+            self.logger.record("train/kl_penalty", stats["kl"])
         self.logger.record("train/grad_norm", stats["grad_norm"])
         self.logger.record("train/explained_variance",
                            explained_variance(batch.values.flatten().numpy(), batch.returns.flatten().numpy()))

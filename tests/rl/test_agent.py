@@ -78,9 +78,10 @@ def test_update_replays_what_collection_computed(core, env_id, rollout, times):
     for batch in batches:
         rows = torch.arange(batch.obs.size(0) // window * batch.obs.size(1))
         with torch.no_grad():
-            log_probs, values, _ = ppo.replay(agent, batch, rows, window)
+            log_probs, values, _, kl = ppo.replay(agent, batch, rows, window, kl=True)
         torch.testing.assert_close(log_probs, ppo.windows(batch.log_probs, window), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(values, ppo.windows(batch.values, window), rtol=1e-5, atol=1e-5)
+        assert kl.abs().max() < 1e-5  # the whole distribution, every action's logit, replays too
 
 
 @pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(gating="none", mem_len=3), dict(mem_len=0),
@@ -164,6 +165,32 @@ def test_target_kl_ends_an_iterations_passes_where_the_policy_has_moved_too_far(
     _, unlimited = run(None)
     same = all(torch.equal(a, b) for a, b in zip(weights, unlimited))
     assert same == (target_kl > 1.0)
+
+
+def test_the_kl_penalty_holds_the_policy_near_the_one_that_collected():
+    """The same batch, the same steps: with the KL penalty the updated policy ends closer (KL over every action,
+    on the batch) to the policy that collected than without it; the default loss has it."""
+    def moved(kl_coef):
+        torch.manual_seed(0)
+        vec, first = make_envs(ENV_ID, 6, 0)
+        encoder = ObservationEncoder(vec.single_observation_space)
+        agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=2, **SMALL, mem_len=5))
+        batch = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first).collect(24, agent.config.window)
+        vec.close()
+        cfg = PPOConfig(envs=6, rollout=24, minibatches=3, epochs=4, lr=3e-2, kl_coef=kl_coef)
+        ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
+        stats = ppo.update(agent, optimizer, batch, cfg, agent.config.window, torch.Generator().manual_seed(0))
+        rows = torch.arange(batch.steps // agent.config.window * 6)
+        with torch.no_grad():
+            kl = ppo.replay(agent, batch, rows, agent.config.window, kl=True)[3]
+        return kl.mean().item(), stats
+
+    free, free_stats = moved(0.0)
+    held, held_stats = moved(10.0)
+    assert "kl" not in free_stats and "kl" in held_stats
+    assert free > 1e-3 and held < 0.5 * free, (free, held)
+    assert PPOConfig().kl_coef == 1.0
 
 
 def test_a_stepper_synced_after_the_weights_change_steps_as_the_state_does():
@@ -257,6 +284,7 @@ def test_resume_goes_on_from_the_checkpoint(tmp_path, capsys):
     (["rl", ENV_ID, "--mem-len", "-1"], "--mem-len: must be >= 0, got -1"),
     (["rl", ENV_ID, "--rollout", "30", "--window", "4"], "rollout: must be a multiple of the window (4), got 30"),
     (["rl", ENV_ID, "--dual-clip", "0.5"], "dual_clip: must be > 1 (or 0: off), got 0.5"),
+    (["rl", ENV_ID, "--kl-coef", "-1"], "--kl-coef: must be >= 0, got -1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, expected):
     code = main(argv + ["--run-dir", str(tmp_path / "run"), "--no-progress"])

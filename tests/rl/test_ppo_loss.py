@@ -58,3 +58,32 @@ def test_the_policy_loss_is_the_papers_and_dual_clip_stops_the_push_on_risen_rar
 def test_a_dual_clip_of_one_or_less_is_one_line(bad):
     with pytest.raises(ConfigError, match=r"dual_clip: must be > 1 \(or 0: off\)"):
         PPOConfig(dual_clip=bad).check(16)
+
+
+@pytest.mark.parametrize("dims", [None, [3, 2]])
+def test_the_kl_penalty_is_the_whole_distributions_kl_written_out(dims):
+    """``kl_from``: KL(old || new) = sum over every action of p_old (log p_old - log p_new) (per dimension, added,
+    for MultiDiscrete); the loss adds ``kl_coef`` x its mean, and its gradient is ``kl_coef`` (p_new - p_old) / n."""
+    from transformer_xl.rl.agent import ActionDistribution
+
+    torch.manual_seed(0)
+    old_logits, new_logits = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    new_logits.requires_grad_(True)
+    kl = ActionDistribution(new_logits, dims).kl_from(ActionDistribution(old_logits, dims))
+    for row in range(4):
+        expected = 0.0
+        for lo, hi in ([(0, 5)] if dims is None else [(0, 3), (3, 5)]):
+            p, q = old_logits[row, lo:hi].softmax(-1).tolist(), new_logits[row, lo:hi].softmax(-1).tolist()
+            expected += sum(a * (math.log(a) - math.log(b)) for a, b in zip(p, q))
+        assert abs(kl[row].item() - expected) < 1e-12
+    zero = torch.zeros(4, dtype=torch.float64)
+    cfg = PPOConfig(clip=0.2, vf_coef=0.0, ent_coef=0.0, kl_coef=2.5)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+    with_kl, stats = ppo_loss(zero, zero, adv, zero, zero, zero, cfg, kl)
+    without, _ = ppo_loss(zero, zero, adv, zero, zero, zero, cfg)
+    assert abs(with_kl.item() - without.item() - 2.5 * kl.mean().item()) < 1e-12 and "kl" in stats
+    with_kl.backward()
+    parts = [(0, 5)] if dims is None else [(0, 3), (3, 5)]
+    expected = torch.cat([new_logits[:, lo:hi].softmax(-1) - old_logits[:, lo:hi].softmax(-1) for lo, hi in parts],
+                         dim=-1) * 2.5 / 4
+    torch.testing.assert_close(new_logits.grad, expected.detach(), rtol=0, atol=1e-12)

@@ -197,9 +197,9 @@ def test_a_family_preset_is_printed_written_and_overridden_by_a_flag(tmp_path):
     written = yaml.safe_load((tmp_path / "a/run.yaml").read_text())
     assert written["ppo"]["gamma"] == preset.settings["ppo"]["gamma"]
     done = txl(tmp_path, "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "128", "--run-dir", "b", "--gamma",
-               "0.97", "--dual-clip", "2", *TINY)
+               "0.97", "--dual-clip", "2", "--kl-coef", "0.5", *TINY)
     written = yaml.safe_load((tmp_path / "b/run.yaml").read_text())["ppo"]
-    assert done.returncode == 0 and written["gamma"] == 0.97 and written["dual_clip"] == 2.0
+    assert done.returncode == 0 and (written["gamma"], written["dual_clip"], written["kl_coef"]) == (0.97, 2.0, 0.5)
 
 
 def test_the_python_entry_takes_a_factory_and_returns_the_agent(tmp_path, monkeypatch):

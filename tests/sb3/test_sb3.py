@@ -222,18 +222,22 @@ def test_memory_learns_what_no_memory_cannot(tmp_path):
     assert judged[6][-1] > 0.8 and judged[0].max() < 0.3, judged
 
 
-def test_dual_clip_reaches_the_update_and_a_bad_one_is_one_line(monkeypatch):
-    """``dual_clip`` is the update's (``txl rl --dual-clip``); 1 or less is refused before any step."""
+def test_dual_clip_and_kl_coef_reach_the_update_and_bad_ones_are_one_line(monkeypatch):
+    """``dual_clip`` and ``kl_coef`` are the update's (``txl rl --dual-clip``, ``--kl-coef``); a dual clip of 1 or
+    less, or a negative KL weight, is refused before any step."""
     from transformer_xl.errors import ConfigError
     seen = []
     real = ppo.update
 
     def update(agent, optimizer, batch, cfg, window, gen):
-        seen.append(cfg.dual_clip)
-        return real(agent, optimizer, batch, cfg, window, gen)
+        stats = real(agent, optimizer, batch, cfg, window, gen)
+        seen.append((cfg.dual_clip, cfg.kl_coef, "kl" in stats))
+        return stats
 
     monkeypatch.setattr(ppo, "update", update)
-    TransformerXLPPO("MlpPolicy", venv(n=2), dual_clip=3.0, **FAST).learn(total_timesteps=64)
-    assert seen and set(seen) == {3.0}
+    TransformerXLPPO("MlpPolicy", venv(n=2), dual_clip=3.0, kl_coef=0.5, **FAST).learn(total_timesteps=64)
+    assert seen and set(seen) == {(3.0, 0.5, True)}
     with pytest.raises(ConfigError, match=r"dual_clip: must be > 1"):
         TransformerXLPPO("MlpPolicy", venv(n=2), dual_clip=1.0, **FAST)
+    with pytest.raises(ConfigError, match=r"kl_coef: must be >= 0"):
+        TransformerXLPPO("MlpPolicy", venv(n=2), kl_coef=-1.0, **FAST)

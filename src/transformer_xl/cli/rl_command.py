@@ -83,7 +83,7 @@ def add(sub) -> None:
                                          at_least("--window", 1), at_least("--rollout", 1), positive("--lr"),
                                          at_least("--epochs", 1), at_least("--minibatches", 1),
                                          at_least("--ent-coef", 0), at_least("--target-kl", 0),
-                                         at_least("--dual-clip", 0),
+                                         at_least("--dual-clip", 0), at_least("--kl-coef", 0),
                                          ("--gamma", 0, 1, False),
                                          ("--gae-lambda", 0, 1, False)))
 
@@ -107,6 +107,10 @@ def _add_ppo_options(p) -> None:
                      help="bound the loss of an action whose probability rose more than C times with a negative "
                           "advantage by C x advantage (dual-clip PPO, Ye et al. 2020; C > 1; 0: off; default: "
                           f"{d.dual_clip or 0})")
+    opt.add_argument("--kl-coef", type=float, metavar="B",
+                     help="weight of a KL penalty from the policy that collected, over every action's probability "
+                          "(PPO's KL penalty beside the clip), which the clip cannot see for an action that is "
+                          f"almost certain (0: off; default: {d.kl_coef})")
     opt.add_argument("--gamma", type=float, metavar="G", help=GAMMA_HELP % {"default": d.gamma})
     opt.add_argument("--gae-lambda", type=float, metavar="L",
                      help=f"GAE's lambda: the bias-variance trade of the advantages (default: {d.gae_lambda})")
@@ -131,7 +135,8 @@ def given_settings(args) -> dict:
     ppo = {"envs": args.envs, "rollout": args.rollout, "lr": args.lr, "epochs": args.epochs,
            "minibatches": args.minibatches, "ent_coef": args.ent_coef, "gamma": args.gamma,
            "gae_lambda": args.gae_lambda,
-           "target_kl": args.target_kl, "dual_clip": args.dual_clip}
+           "target_kl": args.target_kl, "dual_clip": args.dual_clip,
+           "kl_coef": args.kl_coef}
     given = {k: v for k, v in top.items() if v is not None}
     for name, group in (("agent", agent), ("ppo", ppo)):
         group = {k: v for k, v in group.items() if v is not None}

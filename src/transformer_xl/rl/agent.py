@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
-from torch.distributions import Categorical
+from torch.distributions import Categorical, kl_divergence
 
 from ..checkpoints.loading import load_safetensors
 from ..errors import CheckpointError, ConfigError
@@ -354,6 +354,10 @@ class ActionDistribution:
 
     def entropy(self) -> Tensor:
         return sum(part.entropy() for part in self.parts)
+
+    def kl_from(self, old: "ActionDistribution") -> Tensor:
+        """KL(old || self) over the whole distribution (every action, not only the taken one) ``[...]``."""
+        return sum(kl_divergence(o, n) for o, n in zip(old.parts, self.parts))
 
 
 class AgentStepper:
