@@ -139,22 +139,29 @@ def test_collection_after_an_update_still_equals_its_replay(core):
     vec.close()
 
 
+def one_update(**ppo_options):
+    """One iteration of 6 cue environments x 24 steps collected by a fresh small agent, then its update with
+    ``ppo_options`` (a large learning rate, so that the policy moves): ``(agent, batch, stats)``."""
+    torch.manual_seed(0)
+    vec, first = make_envs(ENV_ID, 6, 0)
+    encoder = ObservationEncoder(vec.single_observation_space)
+    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=2, **SMALL, mem_len=5))
+    batch = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first).collect(24, agent.config.window)
+    vec.close()
+    cfg = PPOConfig(envs=6, rollout=24, minibatches=3, lr=3e-2, **ppo_options)
+    ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
+    stats = ppo.update(agent, optimizer, batch, cfg, agent.config.window, torch.Generator().manual_seed(0))
+    return agent, batch, stats
+
+
 @pytest.mark.parametrize("target_kl", [None, 1e-6, 10.0])
 def test_target_kl_ends_an_iterations_passes_where_the_policy_has_moved_too_far(target_kl):
     """SB3's rule: a minibatch whose KL from the collecting policy is above 1.5 x target_kl takes no step, and
     no later one does. The first minibatch replays the collecting policy (KL 0) and always steps; a tiny target
     stops at the second; a loose one or none lets every pass run, with the same weights as no target."""
     def run(kl):
-        torch.manual_seed(0)
-        vec, first = make_envs(ENV_ID, 6, 0)
-        encoder = ObservationEncoder(vec.single_observation_space)
-        agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=2, **SMALL, mem_len=5))
-        batch = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first).collect(24, agent.config.window)
-        vec.close()
-        cfg = PPOConfig(envs=6, rollout=24, minibatches=3, epochs=2, lr=3e-2, target_kl=kl)
-        ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
-        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
-        stats = ppo.update(agent, optimizer, batch, cfg, agent.config.window, torch.Generator().manual_seed(0))
+        agent, _, stats = one_update(epochs=2, target_kl=kl)
         return stats, [p.detach().clone() for p in agent.parameters()]
 
     stats, weights = run(target_kl)
@@ -171,16 +178,7 @@ def test_the_kl_penalty_holds_the_policy_near_the_one_that_collected():
     """The same batch, the same steps: with the KL penalty the updated policy ends closer (KL over every action,
     on the batch) to the policy that collected than without it; the default loss has it."""
     def moved(kl_coef):
-        torch.manual_seed(0)
-        vec, first = make_envs(ENV_ID, 6, 0)
-        encoder = ObservationEncoder(vec.single_observation_space)
-        agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=2, **SMALL, mem_len=5))
-        batch = ppo.Collector(ppo.GymVector(vec), encoder.encode, agent, first).collect(24, agent.config.window)
-        vec.close()
-        cfg = PPOConfig(envs=6, rollout=24, minibatches=3, epochs=4, lr=3e-2, kl_coef=kl_coef)
-        ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
-        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
-        stats = ppo.update(agent, optimizer, batch, cfg, agent.config.window, torch.Generator().manual_seed(0))
+        agent, batch, stats = one_update(epochs=4, kl_coef=kl_coef)
         rows = torch.arange(batch.steps // agent.config.window * 6)
         with torch.no_grad():
             kl = ppo.replay(agent, batch, rows, agent.config.window, kl=True)[3]
