@@ -310,13 +310,12 @@ class MemoryAgent(nn.Module):
     @classmethod
     def from_pretrained(cls, directory, map_location="cpu") -> "MemoryAgent":
         """An agent saved by :meth:`save_pretrained` (a folder, or a run directory's ``agent/``), in eval mode."""
-        directory = Path(directory)
-        if (directory / "agent" / AGENT_CONFIG).is_file():
-            directory = directory / "agent"
-        path = directory / AGENT_CONFIG
-        if not path.is_file():
+        found = agent_folder(directory)
+        if found is None:
+            directory = Path(directory)
             raise CheckpointError(f"{directory}: no such folder" if not directory.is_dir() else
                                   f"{directory}: not an agent folder (no {AGENT_CONFIG})")
+        directory, path = found, found / AGENT_CONFIG
         try:
             config = AgentConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, TypeError) as exc:
@@ -324,6 +323,12 @@ class MemoryAgent(nn.Module):
         agent = cls(config)
         load_into(agent, load_safetensors(directory / WEIGHTS_NAME), str(directory / WEIGHTS_NAME))
         return agent.to(map_location).eval()
+
+
+def agent_folder(directory) -> Optional[Path]:
+    """The folder holding a saved agent: ``directory`` itself, or a run directory's ``agent/``; None if neither."""
+    directory = Path(directory)
+    return next((d for d in (directory / "agent", directory) if (d / AGENT_CONFIG).is_file()), None)
 
 
 class ActionDistribution:

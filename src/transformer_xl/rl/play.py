@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from ..errors import CheckpointError, ConfigError, MissingExtraError, one_line
-from .agent import AGENT_CONFIG, MemoryAgent
+from .agent import AGENT_CONFIG, MemoryAgent, agent_folder
 from .envs import ObservationEncoder, env_factory, gymnasium, make_envs
 from .runner import SETTINGS_NAME
 
@@ -67,7 +67,7 @@ class PlayResult:
 def load_played(path) -> tuple:
     """``(agent, env_id, env_kwargs)`` of a run directory or agent folder (one CheckpointError line otherwise)."""
     path = Path(path)
-    if not (path / AGENT_CONFIG).is_file() and not (path / "agent" / AGENT_CONFIG).is_file():
+    if agent_folder(path) is None:
         raise CheckpointError(_not_an_agent(path))
     agent = MemoryAgent.from_pretrained(path)
     settings = next((p / SETTINGS_NAME for p in (path, path.parent) if (p / SETTINGS_NAME).is_file()), None)
