@@ -552,7 +552,7 @@ USES: Dict[str, str] = {
     "transformer_xl.analysis.plot_context": "assert plot_context({'a': {4: 2.0, 8: 1.5}}, 'ctx.png').is_file()",
     "transformer_xl.analysis.check_image_path": "assert check_image_path('x.png').name == 'x.png'",
     # -- transformer_xl.rl
-    "transformer_xl.rl.AgentConfig": "c = AgentConfig(obs_dim=3, n_actions=2)\nassert c.backbone_config().d_input == 4",
+    "transformer_xl.rl.AgentConfig": "c = AgentConfig(obs_dim=3, n_actions=2)\nassert c.backbone_config().d_input == 6",
     "transformer_xl.rl.MemoryAgent": "agent = MemoryAgent.from_pretrained(A / 'agent')\nimport numpy as np\n"
                                      "actions, state = agent.predict(np.zeros((2, 4), np.float32))\n"
                                      "assert actions.shape == (2,) and state[0].shape[0] == 2",

@@ -67,6 +67,7 @@ class TransformerXLPolicy(BasePolicy):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule,
                  mem_len: int = 64, gating: str = "gru", core: str = "trxl", d_model: int = 64, n_layer: int = 2,
                  n_head: int = 4, d_head: int = 16, d_inner: int = 128, window: int = 16, gate_bias: float = 2.0,
+                 prev_action: Optional[bool] = None,
                  features_extractor_class: Type[BaseFeaturesExtractor] = FlattenExtractor,
                  features_extractor_kwargs: Optional[Dict[str, Any]] = None, normalize_images: bool = True,
                  optimizer_class: Type[torch.optim.Optimizer] = torch.optim.Adam,
@@ -75,7 +76,8 @@ class TransformerXLPolicy(BasePolicy):
                          normalize_images=normalize_images, optimizer_class=optimizer_class,
                          optimizer_kwargs={"eps": 1e-5} if optimizer_kwargs is None else optimizer_kwargs)
         self.agent_kwargs = dict(mem_len=mem_len, gating=gating, core=core, d_model=d_model, n_layer=n_layer,
-                                 n_head=n_head, d_head=d_head, d_inner=d_inner, window=window, gate_bias=gate_bias)
+                                 n_head=n_head, d_head=d_head, d_inner=d_inner, window=window, gate_bias=gate_bias,
+                                 prev_action=prev_action)
         self.features_extractor = self.make_features_extractor()
         n_actions, dims = _action_shape(action_space)
         self.agent = MemoryAgent(AgentConfig(obs_dim=self.features_extractor.features_dim, n_actions=n_actions,
@@ -104,17 +106,26 @@ class TransformerXLPolicy(BasePolicy):
     def distribution(self, logits: Tensor):
         return self.agent.distribution(logits)
 
+    def action_code(self, actions: Tensor) -> Tensor:
+        return self.agent.action_code(actions)
+
+    def no_action(self, n: int) -> Tensor:
+        return self.agent.no_action(n)
+
     def stepper(self, n: int) -> "PolicyStepper":
         return PolicyStepper(self, n)
 
-    def step(self, obs, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
-        return self.agent.step(self.features(obs), starts, state)
+    def step(self, obs, starts: Tensor, state: State, prev: Optional[Tensor] = None
+             ) -> Tuple[Tensor, Tensor, State]:
+        return self.agent.step(self.features(obs), starts, state, prev)
 
-    def replay(self, obs, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
-        """Windows of raw observations ``[N, T, ...]`` -> ``(logits [N, T, A], value [N, T], state)``."""
+    def replay(self, obs, starts: Tensor, state: State, prev: Optional[Tensor] = None
+               ) -> Tuple[Tensor, Tensor, State]:
+        """Windows of raw observations ``[N, T, ...]`` (and the previous actions' codes ``[N, T, P]``) ->
+        ``(logits [N, T, A], value [N, T], state)``."""
         n, t = starts.shape
         flat = {k: v.flatten(0, 1) for k, v in obs.items()} if isinstance(obs, dict) else obs.flatten(0, 1)
-        return self.agent.replay(self.features(flat).view(n, t, -1), starts, state)
+        return self.agent.replay(self.features(flat).view(n, t, -1), starts, state, prev)
 
     # -- SB3's protocol
     def _predict(self, observation, deterministic: bool = False) -> Tensor:
@@ -134,11 +145,13 @@ class TransformerXLPolicy(BasePolicy):
         self.set_training_mode(False)
         obs, vectorized = self.obs_to_tensor(observation)
         n = next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
-        starts, memory = carried(n, state, episode_start, self.initial_state, self.device)
+        starts, carry = carried(n, state, episode_start, self.agent.initial_carry, self.device)
         with torch.no_grad():
-            logits, _, memory = self.step(obs, starts, memory)
+            logits, _, memory, _ = self.agent.step_carried(self.features(obs), starts, carry)
             dist = self.distribution(logits)
-            actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
+            action = dist.mode() if deterministic else dist.sample()
+            memory = self.agent.carry(memory, action)
+            actions = action.cpu().numpy()
         actions = actions.reshape((-1, *self.action_space.shape))
         if not vectorized:
             actions = actions.squeeze(axis=0)
@@ -167,8 +180,8 @@ class PolicyStepper:
     def sync(self) -> None:
         self.inner.sync()
 
-    def step(self, obs, starts: Tensor) -> Tuple[Tensor, Tensor]:
-        return self.inner.step(self.policy.features(obs), starts)
+    def step(self, obs, starts: Tensor, prev: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        return self.inner.step(self.policy.features(obs), starts, prev)
 
 
 def _action_shape(space: spaces.Space) -> Tuple[int, Optional[list]]:

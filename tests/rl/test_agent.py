@@ -217,6 +217,59 @@ def test_a_stepper_synced_after_the_weights_change_steps_as_the_state_does():
         assert stale_gap > 1e-3  # without the sync the cache would answer with the old weights' keys
 
 
+@pytest.mark.parametrize("env_id", [ENV_ID, "popgym-MineSweeperEasy-v0"], ids=["discrete", "multidiscrete"])
+def test_each_step_is_given_the_action_before_it(env_id):
+    """The previous action's code in the batch is the one-hot of the action taken one step before (per dimension
+    for MultiDiscrete), across the boundary between two iterations; the first step of all has none (zeros). The
+    agent zeroes it where an episode starts, so the first step of an episode sees nothing of the one before."""
+    if env_id.startswith("popgym"):
+        pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
+    agent, (first, second) = collect({**SMALL, "mem_len": 5}, env_id, rollout=24 if env_id == ENV_ID else 32)
+    n_actions, code = agent.config.n_actions, agent.action_code
+    assert first.prev_actions.shape == (*first.starts.shape, n_actions)
+    assert first.prev_actions[0].abs().sum() == 0
+    assert torch.equal(first.prev_actions[1:], code(first.actions[:-1]))
+    assert torch.equal(second.prev_actions, code(torch.cat([first.actions[-1:], second.actions[:-1]])))
+    ones = float(len(agent.config.action_dims or [1]))  # one 1 per dimension
+    assert torch.equal(second.prev_actions.sum(-1), torch.full(second.starts.shape, ones))
+    x = agent.inputs(first.obs, first.starts, first.prev_actions)  # [T, E, d_input]
+    prev_part = x[..., agent.config.obs_dim:agent.config.obs_dim + n_actions]
+    assert prev_part[first.starts].abs().sum() == 0 and prev_part[~first.starts].sum() > 0
+
+
+def test_predict_carries_the_previous_action_as_collection_does():
+    """``predict``'s state (the memory, then the last action's code) steps as the collector's stepper with the
+    previous action does, step after step and across starts; another previous action gives other logits, except at
+    an episode's first step."""
+    torch.manual_seed(0)
+    agent = MemoryAgent(AgentConfig(obs_dim=3, n_actions=4, **{**SMALL, "mem_len": 6})).eval()
+    n, steps = 3, 20
+    obs, starts = torch.randn(steps, n, 3), torch.rand(steps, n) < 0.15
+    starts[0] = True
+    actions = torch.randint(0, 4, (steps, n))
+    stepper, prev, carry = agent.stepper(n), agent.no_action(n), agent.initial_carry(n)
+    with torch.no_grad():
+        for t in range(steps):
+            logits, _ = stepper.step(obs[t], starts[t], prev)
+            before = carry[:-1]
+            want, _, core, _ = agent.step_carried(obs[t], starts[t], carry)
+            torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)
+            if t:  # the same step after another action
+                other = agent.step_carried(obs[t], starts[t], before + (agent.action_code((actions[t - 1] + 1) % 4),))
+                assert torch.equal((other[0] - want).abs().amax(-1) > 1e-4, ~starts[t]), t
+            prev, carry = agent.action_code(actions[t]), agent.carry(core, actions[t])
+    assert len(carry) == 3 and carry[-1].shape == (n, 4)
+
+
+def test_without_memory_the_agent_sees_the_current_observation_only():
+    """``mem_len=0`` is the memoryless agent: no previous action either (it would be a one-step memory, which an
+    agent can use to carry a cue forward through its own actions); a GRU or a memory has it; a flag overrides."""
+    assert AgentConfig(obs_dim=3, n_actions=2, mem_len=0).d_input == 4
+    assert AgentConfig(obs_dim=3, n_actions=2).d_input == AgentConfig(obs_dim=3, n_actions=2, core="gru").d_input == 6
+    assert AgentConfig(obs_dim=3, n_actions=2, prev_action=False).d_input == 4
+    assert AgentConfig.from_dict({"obs_dim": 3, "n_actions": 2}).prev_action is False  # saved before it existed
+
+
 def test_replay_depends_on_the_saved_memory():
     """The parity above can fail: replaying from a fresh memory instead of the saved one changes the numbers."""
     agent, batches = collect({**SMALL, "mem_len": 5})

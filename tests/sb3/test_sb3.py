@@ -126,6 +126,15 @@ def test_subprocess_environments_normalised_and_monitored(tmp_path):
     TransformerXLPPO.load(next((tmp_path / "ckpt").iterdir()))
 
 
+def test_the_sb3_extra_brings_what_tensorboard_log_writes_with():
+    """``tensorboard_log`` (used above) writes through SB3's logger, which needs tensorboard: the ``sb3`` extra of
+    the installed package requires it, so ``pip install "transformer-xl[sb3]"`` is enough."""
+    from importlib.metadata import requires
+
+    extra = [r.split(";")[0].strip() for r in requires("transformer-xl") if 'extra == "sb3"' in r]
+    assert any(r.startswith("tensorboard") for r in extra), extra
+
+
 def test_set_env_and_learn_again_goes_on():
     model = TransformerXLPPO("MlpPolicy", venv(), **FAST).learn(total_timesteps=128)
     model.learn(total_timesteps=128, reset_num_timesteps=False)
@@ -182,12 +191,11 @@ def test_episode_start_forgets_the_memory():
     _, state = policy.predict(obs, None, np.array([True]))
     for symbol in (2, 2, 1):
         _, state = policy.predict(np.array([symbol]), state, np.array([False]))
-    logits_after = policy.agent.step(policy.features(torch.tensor([1])), torch.tensor([True]),
-                                     tuple(torch.as_tensor(s) for s in state))[0]
-    logits_fresh = policy.agent.step(policy.features(torch.tensor([1])), torch.tensor([True]),
-                                     policy.initial_state(1))[0]
-    logits_carried = policy.agent.step(policy.features(torch.tensor([1])), torch.tensor([False]),
-                                       tuple(torch.as_tensor(s) for s in state))[0]
+    carried = tuple(torch.as_tensor(s) for s in state)  # the memory, then the previous action's code
+    x = policy.features(torch.tensor([1]))
+    logits_after = policy.agent.step_carried(x, torch.tensor([True]), carried)[0]
+    logits_fresh = policy.agent.step_carried(x, torch.tensor([True]), policy.agent.initial_carry(1))[0]
+    logits_carried = policy.agent.step_carried(x, torch.tensor([False]), carried)[0]
     torch.testing.assert_close(logits_after, logits_fresh)  # a start sees nothing of the episode before
     assert not torch.allclose(logits_carried, logits_fresh)  # without it, the memory counts
 

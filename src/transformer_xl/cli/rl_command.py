@@ -7,6 +7,7 @@ environment's family, the run's own ``run.yaml`` when resuming, and last the fla
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
@@ -75,6 +76,9 @@ def add(sub) -> None:
                             f"{AGENT_DEFAULTS['d_model']})")
     agent.add_argument("--n-layer", type=int, metavar="N",
                        help=f"layers of the memory (default: {AGENT_DEFAULTS['n_layer']})")
+    agent.add_argument("--prev-action", action=argparse.BooleanOptionalAction, default=None,
+                       help="give each step the agent's previous action as an input, as POPGym's baselines do "
+                            "(default: on with a memory, off with --mem-len 0; --no-prev-action leaves it out)")
     agent.add_argument("--window", type=int, metavar="N",
                        help=f"steps per replayed window in the update (default: {AGENT_DEFAULTS['window']})")
     _add_ppo_options(p)
@@ -131,7 +135,7 @@ def given_settings(args) -> dict:
     top = {"steps": args.steps, "seed": args.seed, "run_dir": args.run_dir, "threads": args.threads,
            "env_kwargs": None if args.env_kwargs is None else _json_object(args.env_kwargs), "vector": args.vector}
     agent = {"mem_len": args.mem_len, "gating": args.gating, "core": args.core, "d_model": args.d_model,
-             "n_layer": args.n_layer, "window": args.window}
+             "n_layer": args.n_layer, "window": args.window, "prev_action": args.prev_action}
     ppo = {"envs": args.envs, "rollout": args.rollout, "lr": args.lr, "epochs": args.epochs,
            "minibatches": args.minibatches, "ent_coef": args.ent_coef, "gamma": args.gamma,
            "gae_lambda": args.gae_lambda,
@@ -174,13 +178,13 @@ def run_rl(args) -> int:
         return 130
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
-    shown = "n/a" if result.mean_return is None else f"{result.mean_return:.3f}"
-    summary = (f"{result.steps} steps in {result.seconds:.0f} s, mean return {shown} (last 100 of {result.episodes} "
-               f"episodes)")
+    summary = result.summary()
     if result.stopped_by != "steps":
         print(f"txl rl: interrupted by {result.stopped_by} at step {result.steps} of {settings.total_steps} "
               f"({summary}); checkpoint written; continue with: {resume_hint}", file=sys.stderr)
         return exit_status(getattr(signal, result.stopped_by))
     if not args.json:
         print(f"done: {summary}; agent in {result.run_dir}/agent")
+    for hint in result.hints:
+        print(f"txl rl: {hint}", file=sys.stderr)
     return 0

@@ -20,11 +20,16 @@ Cores:
   observation only.
 * ``gru``: a GRU of the same width, the recurrent baseline.
 
-Each step's input is the observation vector and a flag that is 1 at the first step of an episode (the memory is
-forgotten there: ``starts``), so the agent can tell where its episode began.
+Each step's input is the observation vector, the agent's previous action (one-hot per dimension; zeros at an
+episode's first step) and a flag that is 1 at the first step of an episode (the memory is forgotten there:
+``starts``), so the agent can tell where its episode began. The previous action is what POPGym's baselines give
+their memory models (its ``PreviousAction`` wrapper): where an observation answers an action (which square was
+clicked, which way the agent moved), the memory of observations alone cannot say which action it answered, once the
+actions are sampled (docs/RL.md, "Why the memory did not pay"). ``prev_action=False`` leaves it out.
 
 State layout (environments first, so a minibatch of windows selects rows): ``trxl``: ``(mems [E, n_layer, M, d],
-mems_mask [E, M])``, or ``()`` without memory; ``gru``: ``(h [E, d],)``.
+mems_mask [E, M])``, or ``()`` without memory; ``gru``: ``(h [E, d],)``. :meth:`MemoryAgent.predict`'s state adds
+the previous action's code ``[E, P]`` as its last part.
 """
 
 from __future__ import annotations
@@ -76,6 +81,10 @@ class AgentConfig:
     #: How raw observations become the ``obs_dim`` vector (:meth:`ObservationEncoder.to_json`); None: the caller
     #: passes vectors. Saved with the agent so that :meth:`MemoryAgent.predict` takes raw observations.
     observation: Optional[list] = None
+    #: The previous action as an input of each step (one-hot per dimension, zeros at an episode's first step).
+    #: None: with the memory (a ``gru`` core, or ``mem_len > 0``); without memory the agent sees the current
+    #: observation only. Agents saved before it existed load with False.
+    prev_action: Optional[bool] = None
 
     def __post_init__(self):
         if self.core not in CORES:
@@ -85,16 +94,28 @@ class AgentConfig:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.mem_len < 0:
             raise ConfigError(f"mem_len: must be >= 0, got {self.mem_len}")
+        if self.prev_action is None:
+            self.prev_action = self.core == "gru" or self.mem_len > 0
         if self.action_dims is not None:
             self.action_dims = [int(n) for n in self.action_dims]
             if sum(self.action_dims) != self.n_actions or min(self.action_dims, default=0) < 1:
                 raise ConfigError(f"action_dims: {self.action_dims} must be sizes >= 1 that add up to n_actions "
                                   f"({self.n_actions})")
 
+    @property
+    def action_code_dim(self) -> int:
+        """Width of the previous action's code in each step's input (0 without it)."""
+        return self.n_actions if self.prev_action else 0
+
+    @property
+    def d_input(self) -> int:
+        """Width of each step's input: the observation, the previous action's code and the start flag."""
+        return self.obs_dim + self.action_code_dim + 1
+
     def backbone_config(self) -> TransformerXLConfig:
-        """The Transformer-XL of the ``trxl`` core: vectors in (the observation and the start flag), sliding context
-        (:meth:`TransformerXLConfig.gtrxl`)."""
-        return TransformerXLConfig.gtrxl(self.obs_dim + 1, mem_len=self.mem_len, window=self.window,
+        """The Transformer-XL of the ``trxl`` core: vectors in (the observation, the previous action and the start
+        flag), sliding context (:meth:`TransformerXLConfig.gtrxl`)."""
+        return TransformerXLConfig.gtrxl(self.d_input, mem_len=self.mem_len, window=self.window,
                                          n_layer=self.n_layer, n_head=self.n_head, d_model=self.d_model,
                                          d_head=self.d_head, d_inner=self.d_inner, gating=self.gating,
                                          gate_bias=self.gate_bias)
@@ -105,7 +126,7 @@ class AgentConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown agent config field(s): {', '.join(unknown)}")
-        return cls(**values)
+        return cls(**{"prev_action": False, **values})  # saved before the previous action was an input
 
 
 class TrXLCore(nn.Module):
@@ -195,7 +216,7 @@ class GRUCore(nn.Module):
 
     def __init__(self, config: AgentConfig):
         super().__init__()
-        self.inp = nn.Linear(config.obs_dim + 1, config.d_model)
+        self.inp = nn.Linear(config.d_input, config.d_model)
         self.cell = nn.GRUCell(config.d_model, config.d_model)
         self.d_model = config.d_model
 
@@ -233,9 +254,36 @@ class MemoryAgent(nn.Module):
     def initial_state(self, n: int) -> State:
         return self.core.initial_state(n)
 
-    def inputs(self, obs: Tensor, starts: Tensor) -> Tensor:
-        """The core's input: observation vectors ``[..., obs_dim]`` and the start flag -> ``[..., obs_dim + 1]``."""
-        return torch.cat([obs, starts.to(obs.dtype)[..., None]], dim=-1)
+    def inputs(self, obs: Tensor, starts: Tensor, prev: Optional[Tensor] = None) -> Tensor:
+        """The core's input: observation vectors ``[..., obs_dim]``, the previous action's code ``prev [..., P]``
+        (:meth:`action_code`; zeroed where ``starts``; None: zeros) and the start flag -> ``[..., d_input]``."""
+        flag = starts.to(obs.dtype)[..., None]
+        parts = [obs]
+        if self.config.action_code_dim:
+            parts.append(obs.new_zeros(*obs.shape[:-1], self.config.action_code_dim) if prev is None else
+                         prev.to(obs.dtype) * (1.0 - flag))
+        return torch.cat([*parts, flag], dim=-1)
+
+    def action_code(self, actions: Tensor) -> Tensor:
+        """Actions ``[...]`` (MultiDiscrete: ``[..., dims]``) -> their code as the next step's input ``[..., P]``:
+        one-hot (per dimension, side by side); ``[..., 0]`` for an agent without the previous action."""
+        if not self.config.action_code_dim:
+            return torch.zeros(*actions.shape[:actions.dim() - bool(self.config.action_dims)], 0,
+                               device=actions.device)
+        dims = self.config.action_dims
+        if not dims:
+            return torch.nn.functional.one_hot(actions.long(), self.config.n_actions).float()
+        return torch.cat([torch.nn.functional.one_hot(actions[..., i].long(), n).float()
+                          for i, n in enumerate(dims)], dim=-1)
+
+    def no_action(self, n: int) -> Tensor:
+        """The previous action's code before any action, ``[n, P]``: zeros (as at every episode's first step)."""
+        return torch.zeros(n, self.config.action_code_dim, device=self.policy.weight.device)
+
+    def initial_carry(self, n: int) -> State:
+        """:meth:`predict`'s fresh state for ``n`` environments: the core's, then the previous action's code."""
+        state = self.initial_state(n)
+        return state + (self.no_action(n),) if self.config.action_code_dim else state
 
     def distribution(self, logits: Tensor) -> "ActionDistribution":
         """The policy's distribution over actions for ``logits [..., n_actions]``."""
@@ -246,17 +294,20 @@ class MemoryAgent(nn.Module):
         hidden = self.norm(hidden)
         return self.policy(hidden), self.value(hidden).squeeze(-1)
 
-    def replay(self, obs: Tensor, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
-        """Windows: ``obs [N, T, obs_dim]``, ``starts [N, T]`` after ``state`` -> ``(logits [N, T, A],
-        value [N, T], state after them)``."""
-        hidden, state = self.core(self.inputs(obs, starts), starts, state)
+    def replay(self, obs: Tensor, starts: Tensor, state: State, prev: Optional[Tensor] = None
+               ) -> Tuple[Tensor, Tensor, State]:
+        """Windows: ``obs [N, T, obs_dim]``, ``starts [N, T]``, previous actions' codes ``prev [N, T, P]`` after
+        ``state`` -> ``(logits [N, T, A], value [N, T], state after them)``."""
+        hidden, state = self.core(self.inputs(obs, starts, prev), starts, state)
         return (*self.heads(hidden), state)
 
-    def step(self, obs: Tensor, starts: Tensor, state: State) -> Tuple[Tensor, Tensor, State]:
-        """One step of every environment from ``state``: ``obs [E, obs_dim]``, ``starts [E]`` -> ``(logits [E, A],
-        value [E], state)``. The same numbers as :meth:`stepper` (within float rounding), at the cost of the
-        memory's projection."""
-        logits, value, state = self.replay(obs[:, None], starts[:, None], state)
+    def step(self, obs: Tensor, starts: Tensor, state: State, prev: Optional[Tensor] = None
+             ) -> Tuple[Tensor, Tensor, State]:
+        """One step of every environment from ``state``: ``obs [E, obs_dim]``, ``starts [E]``, ``prev [E, P]`` ->
+        ``(logits [E, A], value [E], state)``. The same numbers as :meth:`stepper` (within float rounding), at the
+        cost of the memory's projection."""
+        logits, value, state = self.replay(obs[:, None], starts[:, None], state,
+                                           None if prev is None else prev[:, None])
         return logits[:, 0], value[:, 0], state
 
     def stepper(self, n: int) -> "AgentStepper":
@@ -283,20 +334,35 @@ class MemoryAgent(nn.Module):
             deterministic: the most likely action instead of a sample.
         Returns:
             ``(actions, state)``: ``actions`` an int array ``[E]`` (a plain int for one unbatched observation), and
-            the state to pass back: a tuple of numpy arrays, environments first.
+            the state to pass back: a tuple of numpy arrays, environments first (the memory, then the action's
+            code, the next step's previous action).
         """
         encoder = self.encoder
         batched = encoder.is_batch(observation) if encoder is not None else np.ndim(observation) == 2
         obs = observation if batched else _add_batch(observation)
         x = encoder.encode(obs) if encoder is not None else torch.as_tensor(np.asarray(obs), dtype=torch.float32)
         x = x.to(self.policy.weight.device)
-        starts, state = carried(x.size(0), state, episode_start, self.initial_state, x.device)
-        logits, _, state = self.step(x, starts, state)
+        starts, carry = carried(x.size(0), state, episode_start, self.initial_carry, x.device)
+        logits, _, state, prev = self.step_carried(x, starts, carry)
         dist = self.distribution(logits)
-        actions = (dist.mode() if deterministic else dist.sample()).cpu().numpy()
+        action = dist.mode() if deterministic else dist.sample()
+        state = self.carry(state, action)
+        actions = action.cpu().numpy()
         if not batched:
             actions = int(actions[0]) if actions.ndim == 1 else actions[0]
         return actions, tuple(t.cpu().numpy() for t in state)
+
+    def step_carried(self, obs: Tensor, starts: Tensor, carry: State):
+        """:meth:`step` from :meth:`predict`'s state (the core's, then the previous action's code): ``(logits,
+        value, the core's state, the previous action's code)``."""
+        n_core = len(carry) - (1 if self.config.action_code_dim else 0)
+        core, prev = carry[:n_core], (carry[n_core] if self.config.action_code_dim else None)
+        logits, value, core = self.step(obs, starts, core, prev)
+        return logits, value, core, prev
+
+    def carry(self, core_state: State, action: Tensor) -> State:
+        """:meth:`predict`'s state after ``action``: the core's state, then the action's code."""
+        return core_state + ((self.action_code(action),) if self.config.action_code_dim else ())
 
     # ------------------------------------------------------------------ files
     def save_pretrained(self, directory) -> None:
@@ -380,9 +446,11 @@ class AgentStepper:
         """Call after the agent's weights changed (each update): what the stepper keeps is projected anew."""
         self.core.sync()
 
-    def step(self, obs: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
-        """``obs [n, obs_dim]``, ``starts [n]`` -> ``(logits [n, A], value [n])``; the memory moves one step."""
-        hidden = self.core.step(self.agent.inputs(obs[:, None], starts[:, None]), starts[:, None])
+    def step(self, obs: Tensor, starts: Tensor, prev: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """``obs [n, obs_dim]``, ``starts [n]``, the previous actions' codes ``prev [n, P]`` -> ``(logits [n, A],
+        value [n])``; the memory moves one step."""
+        hidden = self.core.step(self.agent.inputs(obs[:, None], starts[:, None],
+                                                  None if prev is None else prev[:, None]), starts[:, None])
         logits, value = self.agent.heads(hidden[:, 0])
         return logits, value
 

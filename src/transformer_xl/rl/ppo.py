@@ -22,7 +22,8 @@ value of its final observation, read with the memory the episode had.
 The same collector and update serve ``txl rl`` (Gymnasium vector environments, :class:`GymVector`) and
 :class:`transformer_xl.sb3.TransformerXLPPO` (Stable-Baselines3's ``VecEnv``): an environment adapter steps the
 environments and says which episodes ended and how, and the agent is anything with ``stepper``, ``step``,
-``replay`` and ``initial_state`` (:class:`~.agent.MemoryAgent`, or the Stable-Baselines3 policy around it).
+``replay``, ``initial_state``, ``action_code`` and ``no_action`` (:class:`~.agent.MemoryAgent`, or the
+Stable-Baselines3 policy around it).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Batch:
     window_states: List[State]
     last_value: Tensor  # [E]: the value of the observation after the last step
     logits: Tensor = None  # [T, E, A]: the collecting policy's, for the KL penalty
+    prev_actions: Tensor = None  # [T, E, P]: the code of each step's previous action (the agent's input)
     advantages: Tensor = None  # [T, E], from advantages()
     returns: Tensor = None  # [T, E]
 
@@ -139,9 +141,11 @@ class Collector:
         n = envs.num_envs
         self.raw_obs, self.obs = first_obs, encode(first_obs)  # as the environments gave them; [E, ...]
         self.starts = torch.ones(n, dtype=torch.bool)  # every environment begins an episode
+        self.prev = agent.no_action(n)  # [E, P]: the previous action's code (none before the first step)
         self.stepper = agent.stepper(n)
-        self.running = np.zeros(n)
+        self.running, self.length = np.zeros(n), np.zeros(n, dtype=np.int64)
         self.finished: List[float] = []  # returns of finished episodes, in order (the callers keep the last ones)
+        self.lengths: List[int] = []  # their lengths in steps, likewise
         self.episodes = 0  # episodes finished, in all
 
     @property
@@ -154,21 +158,24 @@ class Collector:
                 ) -> Optional[Batch]:
         """``rollout`` steps of every environment (module docstring, step 1). ``on_step`` is called after each
         step of the environments; when it returns False, collection stops and None is returned."""
-        obs, starts, actions, log_probs, values, rewards, dones, window_states, all_logits = ([] for _ in range(9))
+        obs, starts, actions, log_probs, values, rewards, dones, window_states, all_logits, prevs = \
+            ([] for _ in range(10))
         self.stepper.sync()  # the update changed the weights: the memory is projected with the new ones
         for t in range(rollout):
             if t % window == 0:
                 window_states.append(take_window_state(self.stepper.state))
-            logits, value = self.stepper.step(self.obs, self.starts)
+            logits, value = self.stepper.step(self.obs, self.starts, self.prev)
             dist = self.agent.distribution(logits)
             action = dist.sample()
+            code = self.agent.action_code(action)  # the next step's previous action
             stepped = self.envs.step(action.cpu().numpy())
             self._count(stepped.reward, stepped.done)
             reward = torch.as_tensor(stepped.reward, dtype=torch.float32)
             for i, final in stepped.truncated.items():  # a time limit: bootstrap from the final observation
-                reward[i] += self.gamma * float(self._value_of(final, i))
+                reward[i] += self.gamma * float(self._value_of(final, i, code[i:i + 1]))
             obs.append(self.obs)
             starts.append(self.starts)
+            prevs.append(self.prev)
             actions.append(action)
             log_probs.append(dist.log_prob(action))
             all_logits.append(logits)
@@ -177,24 +184,28 @@ class Collector:
             dones.append(torch.as_tensor(stepped.done))
             self.raw_obs = stepped.obs  # same-step autoreset: a done is a start at the next step
             self.obs, self.starts = self.encode(stepped.obs), torch.as_tensor(stepped.done)
+            self.prev = code  # the agent zeroes it where an episode starts
             if on_step is not None and not on_step(stepped):
                 return None
-        _, last_value, _ = self.agent.step(self.obs, self.starts, self.stepper.state)  # a look ahead, not kept
+        _, last_value, _ = self.agent.step(self.obs, self.starts, self.stepper.state, self.prev)  # not kept
         return Batch(stack(obs), torch.stack(starts), torch.stack(actions), torch.stack(log_probs),
                      torch.stack(values), torch.stack(rewards), torch.stack(dones), window_states, last_value,
-                     torch.stack(all_logits))
+                     torch.stack(all_logits), torch.stack(prevs))
 
-    def _value_of(self, final_obs, i: int) -> Tensor:
-        """The value of environment ``i``'s final observation, read with the memory its episode had."""
+    def _value_of(self, final_obs, i: int, prev: Tensor) -> Tensor:
+        """The value of environment ``i``'s final observation (after the action coded ``prev [1, P]``), read with
+        the memory its episode had."""
         x = self.encode(_add_batch(final_obs))
-        _, value, _ = self.agent.step(x, torch.zeros(1, dtype=torch.bool), select(self.stepper.state, [i]))
+        _, value, _ = self.agent.step(x, torch.zeros(1, dtype=torch.bool), select(self.stepper.state, [i]), prev)
         return value[0]
 
     def _count(self, reward, done) -> None:
         self.running += reward
+        self.length += 1
         for i in np.flatnonzero(done):
             self.finished.append(float(self.running[i]))
-            self.running[i] = 0.0
+            self.lengths.append(int(self.length[i]))
+            self.running[i], self.length[i] = 0.0, 0
             self.episodes += 1
 
 
@@ -237,10 +248,10 @@ def window_state(batch: Batch, rows: Tensor) -> State:
 def replay(agent: MemoryAgent, batch: Batch, rows: Tensor, window: int, kl: bool = False):
     """Log-probabilities of the taken actions, values and entropies of windows ``rows``: 3 x ``[N, L]``; with
     ``kl``, a fourth: KL(collecting policy || policy) over every action ``[N, L]``."""
-    starts, actions = (windows(x, window)[rows] for x in (batch.starts, batch.actions))
+    starts, actions, prev = (windows(x, window)[rows] for x in (batch.starts, batch.actions, batch.prev_actions))
     obs = windows(batch.obs, window)
     obs = {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
-    logits, value, _ = agent.replay(obs, starts, window_state(batch, rows))
+    logits, value, _ = agent.replay(obs, starts, window_state(batch, rows), prev)
     dist = agent.distribution(logits)
     out = (dist.log_prob(actions), value, dist.entropy())
     if kl:
