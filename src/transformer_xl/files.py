@@ -11,13 +11,14 @@ under umask 022, 0664 under 002), whatever the writer did: ``tempfile.mkstemp`` 
 
 from __future__ import annotations
 
+import difflib
 import errno
 import json
 import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Tuple, Union
+from typing import Any, BinaryIO, Callable, List, Optional, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -117,3 +118,25 @@ WEIGHTS_NAME = "model.safetensors"
 
 __all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "atomic_write", "atomic_write_bytes", "atomic_write_stream",
            "atomic_write_text", "write_json"]
+
+
+def near_names(path: Path, limit: int = 3, keep: Optional[Callable[[Path], bool]] = None) -> List[str]:
+    """Existing paths spelled like the missing ``path``: in the deepest folder of it that exists, the entries
+    whose names are close to the next part (``runs/defualt`` -> ``runs/default``), with the rest of the path
+    kept when that exists too; ``keep``: only entries it accepts (a run folder, say)."""
+    parts = Path(path).parts
+    for i in range(len(parts)):
+        if not Path(*parts[:i + 1]).exists():
+            break
+    else:
+        return []
+    parent = Path(*parts[:i]) if i else Path(".")
+    try:
+        names = sorted(p.name for p in parent.iterdir() if keep is None or keep(p))
+    except OSError:
+        return []
+    found = []
+    for name in difflib.get_close_matches(parts[i], names, n=limit, cutoff=0.6):
+        fixed = parent / name / Path(*parts[i + 1:]) if i + 1 < len(parts) else parent / name
+        found.append(str(fixed if fixed.exists() else parent / name))
+    return found

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,23 @@ class TMaze(gym.Env):
         return self._obs(), (1.0 if int(action) == self.cue else -1.0), True, False, {"length": self.t}
 
 
+class Lit(TMaze):
+    """The same T-maze, drawn: an rgb_array frame (the corridor lit up to the agent)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
+
+    def __init__(self, corridor: int = 4, render_mode=None):
+        super().__init__(corridor)
+        self.render_mode = render_mode
+
+    def render(self):
+        frame = np.zeros((16, 16 * (self.corridor + 1), 3), dtype=np.uint8)
+        frame[:, 16 * min(self.t, self.corridor):16 * min(self.t, self.corridor) + 16] = 255
+        return frame
+
+
 gym.register("TMaze-v0", entry_point=TMaze)
+gym.register("LitTMaze-v0", entry_point=Lit)
 '''
 
 
@@ -94,6 +111,19 @@ def test_a_users_own_environment_trains_from_the_command_line(tmaze_run):
     assert lines[0] == "txl rl mymodule:TMaze-v0: settings from defaults; flags"
     assert lines[1] == ("txl rl: --steps 300 is rounded up to 384 (whole iterations of 4 environments x 32 steps)")
     assert done.stdout.startswith("done: 384 steps in ")
+    assert re.search(r"mean return -?[\d.]+ \(all 32 episodes\)", done.stdout), done.stdout  # 4 x 8 of 11 steps
+
+
+def test_resume_of_a_folder_that_holds_no_run_is_refused(tmaze_run):
+    """A typo in ``--run-dir`` with ``--resume`` would start a whole new run in a new folder: one line, exit 2, the
+    run folder spelled like it, and nothing written."""
+    root, _ = tmaze_run
+    for folder, words in (("runs/tmazee", "--resume: runs/tmazee does not exist; did you mean runs/tmaze?"),
+                          ("runs", "--resume: runs holds no txl rl run (no run.yaml)")):
+        done = txl(root, "rl", "mymodule:TMaze-v0", "--resume", "--run-dir", folder, *TINY)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert words in done.stderr and "leave out --resume" in done.stderr, done.stderr
+    assert not (root / "runs/tmazee").exists()
 
 
 def test_rl_eval_plays_the_agent_on_its_own_environment(tmaze_run):
@@ -109,6 +139,30 @@ def test_rl_eval_plays_the_agent_on_its_own_environment(tmaze_run):
     text = txl(root, "rl-eval", "runs/tmaze", "--episodes", "4", "--sample")
     assert text.returncode == 0 and text.stdout.startswith("mymodule:TMaze-v0: mean return ")
     assert "over 4 episodes" in text.stdout and "sampled actions" in text.stdout
+
+
+def test_rl_eval_of_a_mistyped_run_folder_suggests_the_run(tmaze_run):
+    root, _ = tmaze_run
+    done = txl(root, "rl-eval", "runs/tmaz")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "runs/tmaz: no such folder; did you mean runs/tmaze?" in done.stderr, done.stderr
+
+
+def test_video_of_an_environment_from_the_users_module(tmaze_run):
+    """``--video`` imports ``module:`` as training and playing do, and records every episode of an environment that
+    draws rgb_array frames; one that does not is one line and exit 2 (not an AssertionError), before any episode."""
+    pytest.importorskip("moviepy", reason="--video writes with moviepy (the rl extra)")
+    root, _ = tmaze_run
+    refused = txl(root, "rl-eval", "runs/tmaze", "--video", "videos", "--episodes", "2")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "mymodule:TMaze-v0 does not render rgb_array frames (its render modes: none)" in refused.stderr
+    trained = txl(root, "rl", "mymodule:LitTMaze-v0", "--env-kwargs", '{"corridor": 3}', "--steps", "128",
+                  "--run-dir", "runs/lit", *TINY)
+    assert trained.returncode == 0, trained.stderr
+    done = txl(root, "rl-eval", "runs/lit", "--video", "videos", "--episodes", "2")
+    assert done.returncode == 0, done.stderr
+    assert "over 2 episodes" in done.stdout and "videos in videos" in done.stdout
+    assert len(list((root / "videos").glob("*.mp4"))) == 2
 
 
 def test_eval_and_plot_on_an_rl_run_point_to_rl_eval(tmaze_run):
@@ -233,6 +287,39 @@ def test_bad_environment_arguments_are_one_line(tmp_path):
     done = txl(tmp_path, "rl", "nosuchmodule:Thing-v0", "--run-dir", "run", *TINY)
     assert done.returncode == 2 and "cannot import nosuchmodule" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_end_of_a_run_says_what_its_numbers_suggest():
+    """A return that has not moved from its start names --steps, --mem-len and --gamma; episodes longer than the
+    memory name --mem-len with a length that holds them; a run that learnt, within its memory, says nothing."""
+    from transformer_xl.rl.runner import RLResult, RLSettings, hints
+
+    settings = RLSettings(env_id="mymodule:TMaze-v0", steps=300_000)
+    flat = RLResult(env="e", steps=300_000, seconds=1.0, mean_return=0.01, episodes=7000, run_dir="r",
+                    start_return=0.0, max_length=41)
+    [line] = hints(flat, settings, start_spread=1.0)
+    assert line.startswith("the mean return has not moved from its start (0.000 then 0.010)")
+    assert "--steps, now 300000" in line and "--mem-len, now 64" in line and "--gamma, now 0.99" in line
+    learnt = RLResult(**{**flat.to_json(), "mean_return": 0.95})
+    assert hints(learnt, settings, start_spread=1.0) == []
+    constant = RLResult(**{**flat.to_json(), "mean_return": 0.0, "start_return": 0.0})
+    assert len(hints(constant, settings, start_spread=0.0)) == 1  # no spread at the start, no move since
+    long = RLResult(**{**learnt.to_json(), "max_length": 415})
+    [line] = hints(long, settings, start_spread=1.0)
+    assert line == ("episodes lasted up to 415 steps, more than --mem-len 64: each step saw only the 64 steps "
+                    "before it; if the task needs more of its episode, try --mem-len 512")
+    assert hints(long, RLSettings(env_id="e", agent={"core": "gru", "mem_len": 64}), 1.0) == []
+    assert hints(long, RLSettings(env_id="e", agent={"mem_len": 0}), 1.0) == []
+
+
+def test_the_hints_come_at_the_end_of_txl_rl(tmp_path):
+    """On the command line, after the done line, one stderr line each: here 11-step episodes with --mem-len 4."""
+    (tmp_path / "mymodule.py").write_text(TMAZE, encoding="utf-8")
+    done = txl(tmp_path, "rl", "mymodule:TMaze-v0", "--env-kwargs", '{"corridor": 10}', "--steps", "128",
+               "--run-dir", "run", *TINY, "--mem-len", "4")
+    assert done.returncode == 0, done.stderr
+    assert ("txl rl: episodes lasted up to 11 steps, more than --mem-len 4: each step saw only the 4 steps before "
+            "it; if the task needs more of its episode, try --mem-len 16") in done.stderr.splitlines()
 
 
 def test_tensorboard_is_used_when_installed_and_silently_skipped_when_not(monkeypatch):

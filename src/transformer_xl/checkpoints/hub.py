@@ -24,7 +24,6 @@ This module sits below the model: it reads file names and JSON, never weights.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import CheckpointError, ConfigError, one_line
-from ..files import CONFIG_NAME, WEIGHTS_NAME, read_json
+from ..files import CONFIG_NAME, WEIGHTS_NAME, near_names, read_json
 
 # ---------------------------------------------------------------------------- file names
 HF_BIN_NAME = "pytorch_model.bin"
@@ -95,28 +94,6 @@ def weights_file(directory) -> Optional[Path]:
 def is_model_dir(path) -> bool:
     """A folder holding ``config.json`` and weights (ours, or HuggingFace's)."""
     return (Path(path) / CONFIG_NAME).is_file() and weights_file(path) is not None
-
-
-def near_names(path: Path, limit: int = 3) -> List[str]:
-    """Existing paths spelled like the missing ``path``: in the deepest folder of it that exists, the entries
-    whose names are close to the next part (``runs/defualt`` -> ``runs/default``), with the rest of the path
-    kept when that exists too."""
-    parts = path.parts
-    for i in range(len(parts)):
-        if not Path(*parts[:i + 1]).exists():
-            break
-    else:
-        return []
-    parent = Path(*parts[:i]) if i else Path(".")
-    try:
-        names = sorted(p.name for p in parent.iterdir())
-    except OSError:
-        return []
-    found = []
-    for name in difflib.get_close_matches(parts[i], names, n=limit, cutoff=0.6):
-        fixed = parent / name / Path(*parts[i + 1:]) if i + 1 < len(parts) else parent / name
-        found.append(str(fixed if fixed.exists() else parent / name))
-    return found
 
 
 def no_such_folder(path, label: str = "") -> CheckpointError:

@@ -21,9 +21,10 @@ import torch
 import yaml
 
 from ..errors import CheckpointError, ConfigError, MissingExtraError, one_line
+from ..files import near_names
 from .agent import AGENT_CONFIG, MemoryAgent, agent_folder
 from .envs import ObservationEncoder, env_factory, gymnasium, make_envs
-from .runner import SETTINGS_NAME
+from .runner import SETTINGS_NAME, is_run_folder
 
 
 @dataclasses.dataclass
@@ -81,7 +82,9 @@ def load_played(path) -> tuple:
 def _not_an_agent(directory: Path) -> str:
     """One line for a folder without an agent, with what to give or type instead."""
     if not directory.is_dir():
-        return f"{directory}: no such folder; give the --run-dir of a txl rl run, or its agent/ folder"
+        near = near_names(directory, keep=lambda p: agent_folder(p) is not None or is_run_folder(p))
+        hint = f"did you mean {' or '.join(near)}? Or give" if near else "give"
+        return f"{directory}: no such folder; {hint} the --run-dir of a txl rl run, or its agent/ folder"
     settings = directory / SETTINGS_NAME
     if settings.is_file():  # a txl rl run killed before it could write agent/ (at its end, or when stopped)
         env_id = "ENV_ID"
@@ -132,13 +135,14 @@ def _episodes(agent: MemoryAgent, envs, obs, s: PlaySettings):
     running, length = np.zeros(n), np.zeros(n, dtype=int)
     returns: List[float] = []
     lengths: List[int] = []
-    stepper, starts = agent.stepper(n), torch.ones(n, dtype=torch.bool)
+    stepper, starts, prev = agent.stepper(n), torch.ones(n, dtype=torch.bool), agent.no_action(n)
     torch.manual_seed(s.seed)  # the sampled actions
     start = time.perf_counter()
     while (counts < targets).any():
-        logits, _ = stepper.step(encoder.encode(obs), starts)
+        logits, _ = stepper.step(encoder.encode(obs), starts, prev)
         dist = agent.distribution(logits)
         actions = dist.mode() if s.deterministic else dist.sample()
+        prev = agent.action_code(actions)
         obs, reward, terminated, truncated, _ = envs.step(actions.numpy())
         done = np.logical_or(terminated, truncated)
         running += reward
@@ -156,6 +160,14 @@ def _episodes(agent: MemoryAgent, envs, obs, s: PlaySettings):
 def _play_recorded(agent: MemoryAgent, env, kwargs: dict, s: PlaySettings) -> PlayResult:
     """One environment, its frames written by Gymnasium's ``RecordVideo`` (every episode) into ``s.video``."""
     gym = gymnasium()
+    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+    plain = env_factory(env, kwargs if isinstance(env, str) else None)  # imports a module: id, checks the id
+    probe = plain()
+    modes = list(probe.metadata.get("render_modes") or [])
+    probe.close()
+    if isinstance(env, str) and "rgb_array" not in modes:
+        raise ConfigError(f"--video: {name} does not render rgb_array frames (its render modes: "
+                          f"{', '.join(map(str, modes)) or 'none'}); play it without --video")
     try:
         from gymnasium.wrappers import RecordVideo
     except ImportError as exc:
@@ -163,14 +175,17 @@ def _play_recorded(agent: MemoryAgent, env, kwargs: dict, s: PlaySettings) -> Pl
     try:
         import moviepy  # noqa: F401  (RecordVideo writes with it)
     except ImportError:
-        raise MissingExtraError('--video needs moviepy: pip install moviepy') from None
-    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+        raise MissingExtraError('--video needs moviepy: pip install "transformer-xl[rl]"') from None
 
     def make() -> Any:
-        one = gym.make(env, render_mode="rgb_array", **kwargs) if isinstance(env, str) else env_factory(env)()
+        try:
+            one = gym.make(env, render_mode="rgb_array", **kwargs) if isinstance(env, str) else plain()
+        except Exception as exc:  # the user's constructor can raise anything
+            raise ConfigError(f"--video: {name} could not be made to render ({type(exc).__name__}: "
+                              f"{one_line(exc)})") from None
         if getattr(one, "render_mode", None) != "rgb_array":
-            raise ConfigError(f"--video: {name} does not render rgb_array frames")
-        return RecordVideo(one, s.video, episode_trigger=lambda _: True, disable_logger=True)
+            raise ConfigError(f"--video: {name} does not render rgb_array frames; play it without --video")
+        return RecordVideo(one, s.video, episode_trigger=lambda i: i < s.episodes, disable_logger=True)  # played ones
 
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 

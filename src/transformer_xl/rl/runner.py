@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ..analysis.figures import pyplot, save_figure
 from ..errors import ConfigError, TXLError, one_line
-from ..files import atomic_write_text
+from ..files import atomic_write_text, near_names
 from ..training import checkpoint_files as ckpt
 from ..training.lock import RunLock
 from ..training.metrics_log import MetricsLogger
@@ -138,7 +138,9 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
         layers.append(preset.settings)
         sources.append(f"preset {preset.name} ({preset.describe()})")
     saved = Path(run_dir or given.get("run_dir") or RLSettings.run_dir) / SETTINGS_NAME
-    if resume and saved.is_file():
+    if resume and not saved.is_file():
+        raise ConfigError(no_run_to_resume(saved.parent))
+    if resume:
         layers.append(_read_settings(saved, env_id))
         sources.append(f"{saved}")
     if given:
@@ -147,6 +149,20 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
     settings = RLSettings.from_dict(merge(*layers, {"env_id": env_id}))
     settings.resume = resume
     return settings, sources
+
+
+def is_run_folder(path: Path) -> bool:
+    """A folder that ``txl rl`` made a run in (it holds ``run.yaml``)."""
+    return (Path(path) / SETTINGS_NAME).is_file()
+
+
+def no_run_to_resume(folder: Path) -> str:
+    """One line for ``--resume`` on a folder that holds no run (a typo would start a fresh run in a new folder),
+    with the run folders spelled like it."""
+    near = near_names(folder, keep=is_run_folder)
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    what = "holds no txl rl run (no run.yaml)" if folder.is_dir() else "does not exist"
+    return f"--resume: {folder} {what}{hint} (leave out --resume to start a new run there)"
 
 
 def _read_settings(path: Path, env_id: str) -> dict:
@@ -174,9 +190,39 @@ class RLResult:
     run_dir: str
     stopped_by: str = "steps"  # steps | SIGINT | SIGTERM
     agent: Optional[MemoryAgent] = dataclasses.field(default=None, repr=False, compare=False)
+    start_return: Optional[float] = None  # the mean return of the run's first finished episodes (up to 100)
+    max_length: Optional[int] = None  # the longest of the last 100 episodes, in steps
+    hints: List[str] = dataclasses.field(default_factory=list)  # what the run's end suggests (:func:`hints`)
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "agent"}
+
+    def summary(self) -> str:
+        """``N steps in S s, mean return R (last 100 of E episodes)`` (``all E episodes`` below 100)."""
+        shown = "n/a" if self.mean_return is None else f"{self.mean_return:.3f}"
+        which = f"last {RETURN_WINDOW} of {self.episodes}" if self.episodes > RETURN_WINDOW else f"all {self.episodes}"
+        return f"{self.steps} steps in {self.seconds:.0f} s, mean return {shown} ({which} episodes)"
+
+
+def hints(result: RLResult, settings: RLSettings, start_spread: Optional[float]) -> List[str]:
+    """One line each for what a finished run's numbers say to try next: its return has not moved from where it
+    started (by a tenth of the first episodes' spread of returns, or at all when they had none), or its episodes
+    were longer than the memory (each step sees only ``mem_len`` steps before it)."""
+    out = []
+    agent, gamma = settings.agent, settings.ppo.gamma
+    if result.mean_return is not None and result.start_return is not None and start_spread is not None:
+        moved = result.mean_return - result.start_return
+        if moved <= 0.1 * start_spread:
+            out.append(f"the mean return has not moved from its start ({result.start_return:.3f} then "
+                       f"{result.mean_return:.3f}): the task may need a longer run (--steps, now {settings.steps}), "
+                       f"a longer memory (--mem-len, now {agent.get('mem_len')}) or another discount (--gamma, now "
+                       f"{gamma}: about {1 / max(1 - gamma, 1e-9):.0f} steps of horizon)")
+    mem_len = int(agent.get("mem_len") or 0)
+    if agent.get("core", "trxl") == "trxl" and mem_len and result.max_length and result.max_length > mem_len + 1:
+        wider = min(1 << (result.max_length - 1).bit_length(), 1024)
+        out.append(f"episodes lasted up to {result.max_length} steps, more than --mem-len {mem_len}: each step saw "
+                   f"only the {mem_len} steps before it; if the task needs more of its episode, try --mem-len {wider}")
+    return out
 
 
 def train_agent(settings: RLSettings, announce: Optional[Callable[[], None]] = None) -> RLResult:
@@ -246,12 +292,14 @@ class Run:
         torch.manual_seed(s.seed)
         agent = MemoryAgent(config)
         optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
-        state = {"step": 0, "iteration": 0, "seconds": 0.0, "returns": [], "episodes": 0}
+        state = {"step": 0, "iteration": 0, "seconds": 0.0, "returns": [], "episodes": 0, "lengths": [],
+                 "start_return": None, "start_spread": None}
         if latest is not None:
             state = self._restore(latest, agent, optimizer)
         atomic_write_text(self.path / SETTINGS_NAME, yaml.safe_dump(s.to_dict(), sort_keys=False))
         collector = ppo.Collector(ppo.GymVector(envs), encoder.encode, agent, first_obs, cfg.gamma)
         collector.finished, collector.episodes = list(state["returns"]), state["episodes"]
+        collector.lengths = list(state["lengths"])
         gen = torch.Generator().manual_seed(s.seed + state["iteration"])
         metrics = MetricsLogger(self.path, _tensorboard(s.tensorboard), truncate_after_step=state["step"])
         total_iterations = s.total_steps // s.iteration_steps
@@ -270,7 +318,12 @@ class Run:
                     state["iteration"] += 1
                     state["seconds"] = time.perf_counter() - start
                     state["episodes"] = collector.episodes
+                    if state["start_return"] is None and collector.finished:  # where the run started from
+                        first = collector.finished[:RETURN_WINDOW]
+                        state["start_return"], state["start_spread"] = float(np.mean(first)), float(np.std(first))
                     del collector.finished[:-RETURN_WINDOW]  # the returns the records and checkpoints need
+                    del collector.lengths[:-RETURN_WINDOW]
+                    state["lengths"] = list(collector.lengths)
                     record = self._record(state, collector.finished, stats)
                     metrics.log(record)
                     _advance(bar, s.iteration_steps, record)
@@ -286,9 +339,14 @@ class Run:
         agent.save_pretrained(self.path / "agent")
         self._plot()
         recent = collector.finished[-RETURN_WINDOW:]
-        return RLResult(env=s.env_id, steps=state["step"], seconds=round(state["seconds"], 2),
-                        mean_return=float(np.mean(recent)) if recent else None, episodes=state["episodes"],
-                        run_dir=str(self.path), stopped_by=stopped_by, agent=agent.eval())
+        result = RLResult(env=s.env_id, steps=state["step"], seconds=round(state["seconds"], 2),
+                          mean_return=float(np.mean(recent)) if recent else None, episodes=state["episodes"],
+                          run_dir=str(self.path), stopped_by=stopped_by, agent=agent.eval(),
+                          start_return=state["start_return"],
+                          max_length=max(collector.lengths[-RETURN_WINDOW:], default=None))
+        if stopped_by == "steps":
+            result.hints = hints(result, s, state["start_spread"])
+        return result
 
     @staticmethod
     def _record(state: dict, finished: List[float], stats: dict) -> dict:
@@ -332,6 +390,8 @@ class Run:
         log.info("resumed %s at step %d", directory, trainer_state["step"])
         restored = {k: trainer_state[k] for k in ("step", "iteration", "seconds", "returns")}
         restored["episodes"] = int(trainer_state.get("episodes", len(restored["returns"])))
+        for key, empty in (("lengths", []), ("start_return", None), ("start_spread", None)):  # saved since
+            restored[key] = trainer_state.get(key, empty)
         return restored
 
     def _plot(self) -> None:
