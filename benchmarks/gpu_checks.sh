@@ -7,6 +7,9 @@ set -o pipefail
 OUT=${OUT:-/tmp/txl-gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# The interpreter that holds torch: `python` where there is one, else `python3` (a CUDA image may have only that).
+python() { if command -v -p python >/dev/null 2>&1 && command python -c "import torch" 2>/dev/null; then
+           command python "$@"; else python3 "$@"; fi; }
 step() { echo; echo "=== $1 ($(date +%T))"; }
 
 step "device"

@@ -6,6 +6,7 @@ Agents:
 * ``trxl``: the same without gates (``--gating none``);
 * ``gru``: ``--core gru``, a GRU of the same width;
 * ``none``: ``--mem-len 0``, no memory (the current observation only);
+* ``no-prev``: ``--no-prev-action``, GTrXL without the previous action among its inputs (what it was before);
 * ``recurrentppo``: sb3-contrib's ``RecurrentPPO("MlpLstmPolicy", env)`` with its defaults on 16 environments (needs
   ``pip install sb3-contrib``; POPGym's Tuple observations are not SB3's);
 * ``cleanrl``: CleanRL's ``ppo_trxl.py``, unmodified, run from a checkout given with ``--cleanrl DIR`` in the
@@ -13,11 +14,13 @@ Agents:
   settings its documentation gives for vector observations.
 
 Each run is one process with one torch thread, ``--parallel`` at a time, every agent on the same environment steps
-(``--steps``; 0: what ``txl rl`` would run, its preset's steps where one sets them). Every finished run is a line of
-``--out`` (JSON), so a long suite can be stopped and started again; the table is printed from that file: mean return
-of the last 100 episodes (mean ± standard deviation over the seeds), the steps at which a run first reached 90% of
-the best final return any agent reached on the task (median over the runs that did, and how many), the wall time of
-a run and the environment steps per second while learning, with the CPU named::
+(``--steps``, 1M by default; 0: what ``txl rl`` would run, its preset's steps where one sets them). Every finished
+run is a line of ``--out`` (JSON, with the CPU it ran on), so a long suite can be stopped and started again, or
+split between machines; the tables are printed from that file: per task, each agent's mean return of the last 100
+episodes (mean ± standard error over the seeds) and whether GTrXL is above, level with or below the memoryless agent;
+then per agent the steps at which a run first reached 90% of the best final return any agent reached on the task
+(median over the runs that did, and how many), the largest fall after 0.9, the wall time of a run and the
+environment steps per second while learning, with the CPU named::
 
     python benchmarks/rl_popgym.py --seeds 3 --out popgym.jsonl
     python benchmarks/rl_popgym.py --tasks popgym-RepeatPreviousEasy-v0 --agents gtrxl recurrentppo --seeds 1
@@ -42,14 +45,19 @@ from typing import Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).parent))
 from common import cpu_description, first_reach, jsonl_rows
 
-TASKS = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatPreviousMedium-v0", "popgym-RepeatFirstEasy-v0",
-         "popgym-CountRecallEasy-v0", "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0",
-         "popgym-NoisyPositionOnlyCartPoleEasy-v0", "popgym-HigherLowerEasy-v0", "popgym-MineSweeperEasy-v0",
-         "popgym-BattleshipEasy-v0", "popgym-ConcentrationEasy-v0", "popgym-MultiarmedBanditEasy-v0",
-         "popgym-LabyrinthEscapeEasy-v0"]
-TXL_AGENTS = {"gtrxl": [], "trxl": ["--gating", "none"], "gru": ["--core", "gru"], "none": ["--mem-len", "0"]}
+EASY = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0", "popgym-CountRecallEasy-v0",
+        "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0", "popgym-VelocityOnlyCartpoleEasy-v0",
+        "popgym-NoisyPositionOnlyCartPoleEasy-v0", "popgym-MultiarmedBanditEasy-v0", "popgym-HigherLowerEasy-v0",
+        "popgym-BattleshipEasy-v0", "popgym-ConcentrationEasy-v0", "popgym-MineSweeperEasy-v0",
+        "popgym-LabyrinthExploreEasy-v0", "popgym-LabyrinthEscapeEasy-v0"]  # every id with discrete actions
+MEDIUM = ["popgym-RepeatPreviousMedium-v0", "popgym-RepeatFirstMedium-v0", "popgym-PositionOnlyCartPoleMedium-v0",
+          "popgym-VelocityOnlyCartpoleMedium-v0"]  # where Easy is solved
+TASKS = EASY + MEDIUM
+TXL_AGENTS = {"gtrxl": [], "trxl": ["--gating", "none"], "gru": ["--core", "gru"], "none": ["--mem-len", "0"],
+              "no-prev": ["--no-prev-action"]}
 AGENTS = [*TXL_AGENTS, "recurrentppo", "cleanrl"]
 WINDOW = 100  # the last 100 finished episodes
+CPU = cpu_description()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -190,7 +198,7 @@ def run_job(job: tuple, args, root: Path, out: Path) -> None:
         result = run_recurrentppo(task, seed, args.steps or txl_steps(task))
     else:
         result = run_cleanrl(task, seed, args.steps or txl_steps(task), args.cleanrl, args.cleanrl_python, root)
-    result.update(task=task, agent=agent, seed=seed, wall=round(time.perf_counter() - start, 1))
+    result.update(task=task, agent=agent, seed=seed, wall=round(time.perf_counter() - start, 1), cpu=CPU)
     with open(out, "a") as fh:
         fh.write(json.dumps(result) + "\n")
     shown = result.get("error") or f"mean return {result['mean_return']:.3f}, {result['wall']:.0f} s"
@@ -255,6 +263,43 @@ def table(path: Path) -> str:
     return "\n".join(lines)
 
 
+def mean_se(values: List[float]) -> str:
+    """``mean ± standard error (n)``; the mean alone for one run."""
+    if len(values) == 1:
+        return f"{values[0]:.2f} (1)"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) / len(values) ** 0.5:.2f} ({len(values)})"
+
+
+def verdict(memory: List[float], none: List[float]) -> str:
+    """GTrXL against the memoryless agent: above, level (the means within one standard error of their
+    difference) or below."""
+    if not memory or not none:
+        return ""
+    diff = statistics.mean(memory) - statistics.mean(none)
+    var = sum(statistics.variance(v) / len(v) for v in (memory, none) if len(v) > 1)
+    se = var ** 0.5
+    if abs(diff) <= se or abs(diff) < 0.005:
+        return "level"
+    return "above" if diff > 0 else "**below**"
+
+
+def suite_table(path: Path, agents: List[str]) -> str:
+    """One row per task: each agent's final return (mean ± standard error over the seeds, and how many), and GTrXL
+    against the memoryless agent."""
+    finals: Dict[tuple, List[float]] = {}
+    for r in jsonl_rows(path):
+        if "error" not in r and r.get("mean_return") is not None:
+            finals.setdefault((r["task"], r["agent"]), []).append(r["mean_return"])
+    shown = [a for a in agents if any(k[1] == a for k in finals)]
+    lines = ["| task | " + " | ".join(shown) + " | GTrXL against no memory |",
+             "|---|" + "---|" * (len(shown) + 1)]
+    for task in dict.fromkeys(t for t, _ in finals):
+        cells = [mean_se(finals[(task, a)]) if (task, a) in finals else "" for a in shown]
+        lines.append(f"| {task.removeprefix('popgym-')} | " + " | ".join(cells) + " | "
+                     + verdict(finals.get((task, "gtrxl"), []), finals.get((task, "none"), [])) + " |")
+    return "\n".join(lines)
+
+
 def plot_curves(path: Path, out: Path, agents: List[str]) -> None:
     """One panel per task: every run's mean return of the last 100 episodes against the steps (one line per seed,
     a colour per agent), with the 0.9 level dashed."""
@@ -292,7 +337,8 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="*", default=TASKS)
     parser.add_argument("--agents", nargs="*", default=list(TXL_AGENTS), choices=AGENTS)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=0, help="environment steps per run (0: txl rl's own)")
+    parser.add_argument("--steps", type=int, default=1_000_000,
+                        help="environment steps per run (default: 1M; 0: txl rl's own)")
     parser.add_argument("--parallel", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--out", type=Path, default=Path("popgym_suite.jsonl"))
     parser.add_argument("--cleanrl", type=Path, help="a checkout of vwxyzjn/cleanrl (for --agents cleanrl)")
@@ -301,6 +347,8 @@ def main() -> None:
     parser.add_argument("--curves", type=Path, help="with --table: also plot its runs' learning curves (PNG)")
     args = parser.parse_args()
     if args.table:
+        print(suite_table(args.table, AGENTS))
+        print()
         print(table(args.table))
         if args.curves:
             plot_curves(args.table, args.curves, args.agents)

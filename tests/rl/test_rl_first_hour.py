@@ -218,7 +218,7 @@ print(lengths, type(action).__name__)
 
 
 def test_resume_keeps_the_runs_own_settings_and_counters(tmp_path):
-    """``--resume`` without ``--steps`` keeps the run's steps (not the default 300,000) and its seed; a flag given
+    """``--resume`` without ``--steps`` keeps the run's steps (not the default 1,000,000) and its seed; a flag given
     overrides; episodes and metrics go on from the checkpoint."""
     first = txl(tmp_path, "rl", "CartPole-v1", "--steps", "256", "--seed", "7", "--run-dir", "run", *TINY)
     assert first.returncode == 0, first.stderr

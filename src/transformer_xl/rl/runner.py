@@ -55,7 +55,7 @@ class RLSettings:
     ``env_id`` (which then only names the run); not saved, so a resumed run must be given it again."""
 
     env_id: str
-    steps: int = 300_000
+    steps: int = 1_000_000  # where POPGym's tasks are decided; a task that needs memory is often found late
     seed: int = 1
     run_dir: str = "runs/rl"
     resume: bool = False
@@ -246,7 +246,7 @@ def train_agent(settings: RLSettings, announce: Optional[Callable[[], None]] = N
         envs.close()
 
 
-def train(env, steps: int = 300_000, *, run_dir: str = "runs/rl", **options) -> RLResult:
+def train(env, steps: int = 1_000_000, *, run_dir: str = "runs/rl", **options) -> RLResult:
     """Train an agent on ``env`` (a Gymnasium id, ``"module:EnvId-v0"``, or a factory that returns an environment)
     for ``steps`` environment steps, as ``txl rl`` does with the same settings (presets included); ``options``
     are :class:`RLSettings` fields (``agent=dict(mem_len=...)``, ``ppo=dict(gamma=...)``, ``env_kwargs``...).
