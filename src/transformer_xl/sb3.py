@@ -39,6 +39,7 @@ from torch import Tensor
 from .errors import ConfigError, MissingExtraError
 from .rl import ppo
 from .rl.agent import AgentConfig, MemoryAgent, State, carried
+from .rl.envs import check_action_space
 
 try:  # the sb3 extra
     from gymnasium import spaces
@@ -67,7 +68,8 @@ class TransformerXLPolicy(BasePolicy):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule,
                  mem_len: int = 64, gating: str = "gru", core: str = "trxl", d_model: int = 64, n_layer: int = 2,
                  n_head: int = 4, d_head: int = 16, d_inner: int = 128, window: int = 16, gate_bias: float = 2.0,
-                 prev_action: Optional[bool] = None,
+                 prev_action: Optional[bool] = None, log_std: str = "parameter", log_std_init: float = 0.0,
+                 action_bounds: str = "clip",
                  features_extractor_class: Type[BaseFeaturesExtractor] = FlattenExtractor,
                  features_extractor_kwargs: Optional[Dict[str, Any]] = None, normalize_images: bool = True,
                  optimizer_class: Type[torch.optim.Optimizer] = torch.optim.Adam,
@@ -77,11 +79,11 @@ class TransformerXLPolicy(BasePolicy):
                          optimizer_kwargs={"eps": 1e-5} if optimizer_kwargs is None else optimizer_kwargs)
         self.agent_kwargs = dict(mem_len=mem_len, gating=gating, core=core, d_model=d_model, n_layer=n_layer,
                                  n_head=n_head, d_head=d_head, d_inner=d_inner, window=window, gate_bias=gate_bias,
-                                 prev_action=prev_action)
+                                 prev_action=prev_action, log_std=log_std, log_std_init=log_std_init,
+                                 action_bounds=action_bounds)
         self.features_extractor = self.make_features_extractor()
-        n_actions, dims = _action_shape(action_space)
-        self.agent = MemoryAgent(AgentConfig(obs_dim=self.features_extractor.features_dim, n_actions=n_actions,
-                                             action_dims=dims, **self.agent_kwargs))
+        self.agent = MemoryAgent(AgentConfig(obs_dim=self.features_extractor.features_dim, **_actions(action_space),
+                                             normalize_obs=False, **self.agent_kwargs))  # SB3: VecNormalize
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> Dict[str, Any]:
@@ -111,6 +113,14 @@ class TransformerXLPolicy(BasePolicy):
 
     def no_action(self, n: int) -> Tensor:
         return self.agent.no_action(n)
+
+    def env_action(self, actions: Tensor) -> Tensor:
+        """Box actions clipped to the space (SB3's PPO clips what the environment receives), or squashed."""
+        return self.agent.env_action(actions)
+
+    def normalize(self, features: Tensor, update: bool = False) -> Tensor:
+        """The observations as they are: SB3's ``VecNormalize`` normalises them, before the policy sees them."""
+        return features
 
     def stepper(self, n: int) -> "PolicyStepper":
         return PolicyStepper(self, n)
@@ -151,7 +161,7 @@ class TransformerXLPolicy(BasePolicy):
             dist = self.distribution(logits)
             action = dist.mode() if deterministic else dist.sample()
             memory = self.agent.carry(memory, action)
-            actions = action.cpu().numpy()
+            actions = self.agent.env_action(action).cpu().numpy()  # Box: within the space, as SB3's predict
         actions = actions.reshape((-1, *self.action_space.shape))
         if not vectorized:
             actions = actions.squeeze(axis=0)
@@ -184,14 +194,23 @@ class PolicyStepper:
         return self.inner.step(self.policy.features(obs), starts, prev)
 
 
-def _action_shape(space: spaces.Space) -> Tuple[int, Optional[list]]:
-    if isinstance(space, spaces.Discrete) and int(space.start) == 0:
-        return int(space.n), None
-    if isinstance(space, spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1:
-        dims = [int(n) for n in space.nvec]
-        return sum(dims), dims
-    raise ConfigError(f"TransformerXLPPO: actions {space} are not supported; Discrete(n) or MultiDiscrete of one "
-                      f"dimension")
+def _probe_actions(env_id: str) -> spaces.Space:
+    """The action space of a Gymnasium id (SB3 makes the environment from it later)."""
+    import gymnasium
+
+    probe = gymnasium.make(env_id)
+    try:
+        return probe.action_space
+    finally:
+        probe.close()
+
+
+def _actions(space: spaces.Space) -> dict:
+    """The agent's action fields for ``space`` (:func:`transformer_xl.rl.envs.check_action_space`), or one line."""
+    try:
+        return check_action_space(space, "the environment")
+    except ConfigError as exc:
+        raise ConfigError(f"TransformerXLPPO: {str(exc).removeprefix('env: ')}") from None
 
 
 # ---------------------------------------------------------------------------- the environments
@@ -227,7 +246,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
 
     Args (SB3's PPO's, where they exist):
         policy: ``"MlpPolicy"``, ``"MultiInputPolicy"`` (Dict observations) or a policy class.
-        env: a Gymnasium id or any SB3 ``VecEnv`` (Discrete or MultiDiscrete actions).
+        env: a Gymnasium id or any SB3 ``VecEnv`` (Discrete, MultiDiscrete or Box actions; Box actions are a
+            diagonal Gaussian, clipped to the space in collection and ``predict`` as SB3's PPO clips them).
         learning_rate: a float or a schedule; the default falls linearly from 5e-4 to 0, as ``txl rl``'s.
         n_steps: steps per environment per iteration; a multiple of the policy's ``window``.
         batch_size: samples per minibatch, in whole windows (``n_envs * n_steps`` a multiple of it).
@@ -250,12 +270,14 @@ class TransformerXLPPO(OnPolicyAlgorithm):
                  stats_window_size: int = 100, tensorboard_log: Optional[str] = None,
                  policy_kwargs: Optional[Dict[str, Any]] = None, verbose: int = 0, seed: Optional[int] = None,
                  device: Union[torch.device, str] = "cpu", _init_setup_model: bool = True):
+        if env is not None:  # one line for actions it cannot take, before SB3's own assertion
+            _actions(env.action_space if hasattr(env, "action_space") else _probe_actions(env))
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps, gamma=gamma,
                          gae_lambda=gae_lambda, ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
                          use_sde=False, sde_sample_freq=-1, stats_window_size=stats_window_size,
                          tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,
                          device=device, _init_setup_model=False,
-                         supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete))
+                         supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete, spaces.Box))
         self.batch_size, self.n_epochs, self.clip_range, self.target_kl = batch_size, n_epochs, clip_range, target_kl
         self.dual_clip, self.kl_coef = dual_clip, kl_coef
         self._collector: Optional[ppo.Collector] = None

@@ -29,16 +29,21 @@ from transformer_xl.rl.runner import RLSettings, train_agent
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gymnasium") is None,
                                 reason="txl rl needs the rl extra (gymnasium)")
 ENV_ID = "txltest/CueMemory-v0"  # tests/rl/cue_env.py
-BOX_ID = "txltest/BoxActions-v0"
+CONTINUOUS_ID = "txltest/ContinuousCue-v0"
+BAD_ACTIONS = {kind: f"txltest/BadActions-{kind}-v0" for kind in ("infinite", "matrix", "dict")}
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _test_envs():
     """Register the test environments (gymnasium is imported only when the rl extra is there)."""
-    import gymnasium as gym
-    from cue_env import BoxActions, CueMemory
+    import functools
 
-    for env_id, entry in ((ENV_ID, CueMemory), (BOX_ID, BoxActions)):
+    import gymnasium as gym
+    from cue_env import BadActions, ContinuousCue, CueMemory
+
+    entries = {ENV_ID: CueMemory, CONTINUOUS_ID: ContinuousCue,
+               **{env_id: functools.partial(BadActions, kind) for kind, env_id in BAD_ACTIONS.items()}}
+    for env_id, entry in entries.items():
         if env_id not in gym.envs.registry:
             gym.register(env_id, entry_point=entry)
 
@@ -50,8 +55,8 @@ def collect(agent_config: dict, env_id=ENV_ID, envs=6, rollout=24, seed=0, times
     torch.manual_seed(seed)
     vec, first = make_envs(env_id, envs, seed)
     encoder = ObservationEncoder(vec.single_observation_space)
-    n_actions, dims = check_action_space(vec.single_action_space, env_id)
-    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, n_actions=n_actions, action_dims=dims, **agent_config))
+    agent = MemoryAgent(AgentConfig(obs_dim=encoder.dim, **check_action_space(vec.single_action_space, env_id),
+                                    **agent_config))
     with torch.no_grad():  # far from the initial near-uniform policy, so that what the memory holds shows
         for name, p in agent.named_parameters():
             if not name.endswith(("norm.weight", "b_g")):
@@ -331,7 +336,10 @@ def test_resume_goes_on_from_the_checkpoint(tmp_path, capsys):
 @pytest.mark.parametrize("argv,expected", [
     (["rl", "popgym-RepeatFirstEsay-v0"], "unknown environment id 'popgym-RepeatFirstEsay-v0'; did you mean "
                                           "popgym-RepeatFirstEasy-v0"),
-    (["rl", BOX_ID], "supports discrete actions (Discrete(n), or MultiDiscrete of one dimension) only"),
+    (["rl", BAD_ACTIONS["infinite"]], "with infinite bounds; the policy needs finite ones to clip to"),
+    (["rl", BAD_ACTIONS["matrix"]], "of shape (2, 2); txl rl takes a Box of one dimension, shape (n,)"),
+    (["rl", BAD_ACTIONS["dict"]], "a Dict of several action spaces; txl rl takes one of Discrete(n), MultiDiscrete "
+                                  "of one dimension, or a Box of shape (n,)"),
     (["rl", ENV_ID, "--mem-len", "-1"], "--mem-len: must be >= 0, got -1"),
     (["rl", ENV_ID, "--rollout", "30", "--window", "4"], "rollout: must be a multiple of the window (4), got 30"),
     (["rl", ENV_ID, "--dual-clip", "0.5"], "dual_clip: must be > 1 (or 0: off), got 0.5"),

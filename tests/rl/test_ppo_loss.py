@@ -64,12 +64,12 @@ def test_a_dual_clip_of_one_or_less_is_one_line(bad):
 def test_the_kl_penalty_is_the_whole_distributions_kl_written_out(dims):
     """``kl_from``: KL(old || new) = sum over every action of p_old (log p_old - log p_new) (per dimension, added,
     for MultiDiscrete); the loss adds ``kl_coef`` x its mean, and its gradient is ``kl_coef`` (p_new - p_old) / n."""
-    from transformer_xl.rl.agent import ActionDistribution
+    from transformer_xl.rl.actions import CategoricalActions
 
     torch.manual_seed(0)
     old_logits, new_logits = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
     new_logits.requires_grad_(True)
-    kl = ActionDistribution(new_logits, dims).kl_from(ActionDistribution(old_logits, dims))
+    kl = CategoricalActions(new_logits, dims).kl_from(CategoricalActions(old_logits, dims))
     for row in range(4):
         expected = 0.0
         for lo, hi in ([(0, 5)] if dims is None else [(0, 3), (3, 5)]):

@@ -249,3 +249,102 @@ def test_dual_clip_and_kl_coef_reach_the_update_and_bad_ones_are_one_line(monkey
         TransformerXLPPO("MlpPolicy", venv(n=2), dual_clip=1.0, **FAST)
     with pytest.raises(ConfigError, match=r"kl_coef: must be >= 0"):
         TransformerXLPPO("MlpPolicy", venv(n=2), kl_coef=-1.0, **FAST)
+
+
+class ContinuousCue(gym.Env):
+    """The cue task with Box actions: the cue (-1 or +1) first, 0 for ``delay`` steps, then the action ``a`` in
+    [-2, 2] scored ``1 - |a - cue|`` (0 elsewhere)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), dtype=np.float32)
+
+    def __init__(self, delay: int = 3):
+        self.delay = delay
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.cue = 0, float(self.np_random.choice([-1.0, 1.0]))
+        return np.array([self.cue], dtype=np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        zero = np.zeros(1, dtype=np.float32)
+        if self.t <= self.delay:
+            return zero, 0.0, False, False, {}
+        return zero, 1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - self.cue), True, False, {}
+
+
+def continuous(n=4):
+    return make_vec_env(ContinuousCue, n_envs=n, seed=0)
+
+
+def test_box_actions_are_clipped_to_the_space_in_collection_and_predict(tmp_path):
+    """A Gaussian policy: SB3's rule, the environment and ``predict`` get actions within the space, the rollout
+    keeps the unclipped sample; the replay equals the rollout; ``evaluate_policy``, ``VecNormalize`` and zip
+    save/load work as for discrete actions."""
+    model = TransformerXLPPO("MlpPolicy", VecNormalize(continuous()), **FAST)
+    with torch.no_grad():
+        model.policy.agent.log_std.fill_(1.5)  # a wide Gaussian: samples beyond [-2, 2] are common
+    _, callback = model._setup_learn(total_timesteps=64, callback=None)
+    seen = []
+    real = model.env.step
+
+    def step(actions):
+        seen.append(np.asarray(actions).copy())
+        return real(actions)
+
+    model.env.step = step
+    assert model.collect_rollouts(model.env, callback, model.rollout_buffer, model.n_steps)
+    batch = model.rollout_buffer.batch
+    stepped = np.concatenate(seen)
+    assert np.all(np.abs(stepped) <= 2.0) and (batch.actions.abs() > 2.0).any()  # clipped for the env only
+    window = model.policy.window
+    rows = torch.arange(batch.steps // window * batch.starts.size(1))
+    with torch.no_grad():
+        log_probs, _, _ = ppo.replay(model.policy, batch, rows, window)
+    torch.testing.assert_close(log_probs, ppo.windows(batch.log_probs, window), rtol=1e-5, atol=1e-5)
+    model.learn(total_timesteps=128)
+    actions, _ = model.predict(np.array([[5.0]] * 3, dtype=np.float32), None, np.ones(3, bool))
+    assert actions.shape == (3, 1) and np.all(np.abs(actions) <= 2.0)
+    mean, _ = evaluate_policy(model, continuous(n=1), n_eval_episodes=4)
+    assert -3.0 <= mean <= 1.0
+    model.save(tmp_path / "box.zip")
+    loaded = TransformerXLPPO.load(tmp_path / "box.zip")
+    obs = np.array([[1.0], [-1.0]], dtype=np.float32)
+    a, _ = model.predict(obs, None, np.ones(2, bool), deterministic=True)
+    b, _ = loaded.predict(obs, None, np.ones(2, bool), deterministic=True)
+    assert np.array_equal(a, b)
+
+
+def test_a_continuous_cue_is_learnt_with_memory_and_not_without():
+    scores = {}
+    for mem_len in (6, 0):
+        model = TransformerXLPPO("MlpPolicy", continuous(n=16), n_steps=32, batch_size=128, learning_rate=2e-3,
+                                 kl_coef=1.0, seed=3, policy_kwargs={**SMALL, "mem_len": mem_len})
+        model.learn(total_timesteps=24_576)
+        scores[mem_len], _ = evaluate_policy(model, continuous(n=4), n_eval_episodes=40)
+    assert scores[6] > 0.7 and scores[0] < 0.3, scores
+
+
+@pytest.mark.parametrize("space,words", [
+    (gym.spaces.Box(-np.inf, np.inf, (2,)), "with infinite bounds"),
+    (gym.spaces.Box(-1.0, 1.0, (2, 2)), "of shape (2, 2); txl rl takes a Box of one dimension"),
+    (gym.spaces.Dict({"go": gym.spaces.Discrete(2), "speed": gym.spaces.Box(0.0, 1.0, (1,))}),
+     "a Dict of several action spaces"),
+])
+def test_actions_it_cannot_take_are_one_line(space, words):
+    from transformer_xl.errors import ConfigError
+
+    class Bad(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = space
+
+        def reset(self, *, seed=None, options=None):
+            return 0, {}
+
+        def step(self, action):
+            return 0, 0.0, True, False, {}
+
+    with pytest.raises(ConfigError, match="^TransformerXLPPO: the environment has actions") as info:
+        TransformerXLPPO("MlpPolicy", DummyVecEnv([Bad]), **FAST)
+    assert words in str(info.value) and "\n" not in str(info.value)

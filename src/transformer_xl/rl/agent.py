@@ -43,7 +43,6 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
-from torch.distributions import Categorical, kl_divergence
 
 from ..checkpoints.loading import load_safetensors
 from ..errors import CheckpointError, ConfigError
@@ -51,10 +50,14 @@ from ..files import WEIGHTS_NAME, atomic_write, write_json
 from ..model import TransformerXLBackbone, TransformerXLConfig
 from ..model.kv_cache import DecodingCache
 from ..model.saving import load_into, unique_state_dict, weights_metadata
+from .actions import BOUNDS, CategoricalActions, GaussianActions, action_code, bounded
 from .envs import ObservationEncoder
+from .normalize import ObservationNormalizer
 
 AGENT_CONFIG = "agent.json"
 CORES = ("trxl", "gru")
+LOG_STDS = ("parameter", "head")
+LOG_STD_RANGE = (-5.0, 2.0)  # a log-std from the head is kept in it (std 0.007 to 7.4)
 State = Tuple[Tensor, ...]
 
 
@@ -85,6 +88,18 @@ class AgentConfig:
     #: None: with the memory (a ``gru`` core, or ``mem_len > 0``); without memory the agent sees the current
     #: observation only. Agents saved before it existed load with False.
     prev_action: Optional[bool] = None
+    #: A Box action space's bounds, ``[low, high]`` (``n_actions`` floats each); None: discrete actions.
+    action_box: Optional[List[List[float]]] = None
+    #: Box actions: the Gaussian's log standard deviation, ``"parameter"`` (one per dimension, the same in every
+    #: state, as Stable-Baselines3 and CleanRL have it) or ``"head"`` (from the state, as the mean is).
+    log_std: str = "parameter"
+    log_std_init: float = 0.0
+    #: Box actions: ``"clip"`` (SB3's rule: the environment gets the sample clipped to the bounds) or ``"tanh"``
+    #: (the sample squashed into them), :mod:`.actions`.
+    action_bounds: str = "clip"
+    #: Normalise observation vectors by running statistics kept with the agent (:mod:`.normalize`); None: with
+    #: Box actions (continuous control), not with discrete ones.
+    normalize_obs: Optional[bool] = None
 
     def __post_init__(self):
         if self.core not in CORES:
@@ -96,6 +111,27 @@ class AgentConfig:
             raise ConfigError(f"mem_len: must be >= 0, got {self.mem_len}")
         if self.prev_action is None:
             self.prev_action = self.core == "gru" or self.mem_len > 0
+        if self.log_std not in LOG_STDS:
+            raise ConfigError(f"log_std: must be one of {', '.join(LOG_STDS)}, got {self.log_std!r}")
+        if self.action_bounds not in BOUNDS:
+            raise ConfigError(f"action_bounds: must be one of {', '.join(BOUNDS)}, got {self.action_bounds!r}")
+        if self.action_box is not None:
+            low, high = ([float(v) for v in side] for side in self.action_box)
+            if len(low) != self.n_actions or len(high) != self.n_actions or self.action_dims is not None:
+                raise ConfigError(f"action_box: [low, high] of {self.n_actions} bounds each, for Box actions only")
+            self.action_box = [low, high]
+        if self.normalize_obs is None:
+            self.normalize_obs = self.action_box is not None
+
+    @property
+    def continuous(self) -> bool:
+        """Box actions (a Gaussian policy), not discrete ones."""
+        return self.action_box is not None
+
+    @property
+    def n_params(self) -> int:
+        """What the policy head gives per step: the logits (discrete), or each dimension's mean and log-std."""
+        return 2 * self.n_actions if self.continuous else self.n_actions
         if self.action_dims is not None:
             self.action_dims = [int(n) for n in self.action_dims]
             if sum(self.action_dims) != self.n_actions or min(self.action_dims, default=0) < 1:
@@ -244,12 +280,23 @@ class MemoryAgent(nn.Module):
         self.config = config
         self.core = TrXLCore(config) if config.core == "trxl" else GRUCore(config)
         self.norm = nn.LayerNorm(config.d_model)  # the pre-LN stack's states, normalised for the heads
-        self.policy = nn.Linear(config.d_model, config.n_actions)
+        head = config.n_params if config.continuous and config.log_std == "head" else config.n_actions
+        self.policy = nn.Linear(config.d_model, head)  # logits; or means (and log-stds, from the head)
         self.value = nn.Linear(config.d_model, 1)
-        nn.init.orthogonal_(self.policy.weight, gain=0.01)  # near-uniform first policy
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)  # near-uniform first policy (means near 0)
         nn.init.zeros_(self.policy.bias)
         nn.init.orthogonal_(self.value.weight, gain=1.0)
         nn.init.zeros_(self.value.bias)
+        if config.continuous:
+            if config.log_std == "parameter":
+                self.log_std = nn.Parameter(torch.full((config.n_actions,), float(config.log_std_init)))
+            else:
+                with torch.no_grad():
+                    self.policy.bias[config.n_actions:] = float(config.log_std_init)
+            low, high = (torch.tensor(side, dtype=torch.float32) for side in config.action_box)
+            self.register_buffer("action_low", low, persistent=False)
+            self.register_buffer("action_high", high, persistent=False)
+        self.obs_norm = ObservationNormalizer(config.obs_dim) if config.normalize_obs else None
 
     def initial_state(self, n: int) -> State:
         return self.core.initial_state(n)
@@ -265,11 +312,14 @@ class MemoryAgent(nn.Module):
         return torch.cat([*parts, flag], dim=-1)
 
     def action_code(self, actions: Tensor) -> Tensor:
-        """Actions ``[...]`` (MultiDiscrete: ``[..., dims]``) -> their code as the next step's input ``[..., P]``:
-        one-hot (per dimension, side by side); ``[..., 0]`` for an agent without the previous action."""
+        """Actions ``[...]`` (MultiDiscrete: ``[..., dims]``; Box: ``[..., n]``) -> their code as the next step's
+        input ``[..., P]``: one-hot (per dimension, side by side), or the action the environment got scaled to
+        ``[-1, 1]`` (Box); ``[..., 0]`` for an agent without the previous action."""
+        vector = bool(self.config.action_dims) or self.config.continuous
         if not self.config.action_code_dim:
-            return torch.zeros(*actions.shape[:actions.dim() - bool(self.config.action_dims)], 0,
-                               device=actions.device)
+            return torch.zeros(*actions.shape[:actions.dim() - vector], 0, device=actions.device)
+        if self.config.continuous:
+            return action_code(self.env_action(actions), self.action_low, self.action_high)
         dims = self.config.action_dims
         if not dims:
             return torch.nn.functional.one_hot(actions.long(), self.config.n_actions).float()
@@ -285,14 +335,35 @@ class MemoryAgent(nn.Module):
         state = self.initial_state(n)
         return state + (self.no_action(n),) if self.config.action_code_dim else state
 
-    def distribution(self, logits: Tensor) -> "ActionDistribution":
-        """The policy's distribution over actions for ``logits [..., n_actions]``."""
-        return ActionDistribution(logits, self.config.action_dims)
+    def distribution(self, params: Tensor):
+        """The policy's distribution over actions for the head's ``params [..., n_params]`` (:mod:`.actions`)."""
+        if self.config.continuous:
+            return GaussianActions(params, self.action_low, self.action_high, self.config.action_bounds)
+        return CategoricalActions(params, self.config.action_dims)
+
+    def env_action(self, actions: Tensor) -> Tensor:
+        """What the environment receives for the policy's ``actions``: Box actions clipped (or squashed) into the
+        bounds; discrete ones as they are."""
+        if not self.config.continuous:
+            return actions
+        return bounded(actions, self.action_low, self.action_high, self.config.action_bounds)
+
+    def normalize(self, obs: Tensor, update: bool = False) -> Tensor:
+        """Observation vectors ``[..., obs_dim]`` by the running statistics (:mod:`.normalize`; merged with ``obs``
+        first when ``update``), or as they are for an agent that does not normalise."""
+        return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
     def heads(self, hidden: Tensor) -> Tuple[Tensor, Tensor]:
-        """The core's states ``[..., d]`` -> ``(logits [..., A], value [...])``."""
+        """The core's states ``[..., d]`` -> ``(params [..., n_params], value [...])``: the logits, or each
+        dimension's mean and log-std."""
         hidden = self.norm(hidden)
-        return self.policy(hidden), self.value(hidden).squeeze(-1)
+        params = self.policy(hidden)
+        if self.config.continuous:
+            n = self.config.n_actions
+            log_std = self.log_std.expand_as(params) if self.config.log_std == "parameter" else \
+                params[..., n:].clamp(*LOG_STD_RANGE)
+            params = torch.cat([params[..., :n], log_std], dim=-1)
+        return params, self.value(hidden).squeeze(-1)
 
     def replay(self, obs: Tensor, starts: Tensor, state: State, prev: Optional[Tensor] = None
                ) -> Tuple[Tensor, Tensor, State]:
@@ -333,7 +404,8 @@ class MemoryAgent(nn.Module):
                 call, False after); a start forgets the memory.
             deterministic: the most likely action instead of a sample.
         Returns:
-            ``(actions, state)``: ``actions`` an int array ``[E]`` (a plain int for one unbatched observation), and
+            ``(actions, state)``: ``actions`` an int array ``[E]`` (a plain int for one unbatched observation; Box
+            actions: ``[E, n]`` floats, clipped or squashed into the bounds, as the environment takes them), and
             the state to pass back: a tuple of numpy arrays, environments first (the memory, then the action's
             code, the next step's previous action).
         """
@@ -341,15 +413,15 @@ class MemoryAgent(nn.Module):
         batched = encoder.is_batch(observation) if encoder is not None else np.ndim(observation) == 2
         obs = observation if batched else _add_batch(observation)
         x = encoder.encode(obs) if encoder is not None else torch.as_tensor(np.asarray(obs), dtype=torch.float32)
-        x = x.to(self.policy.weight.device)
+        x = self.normalize(x.to(self.policy.weight.device))
         starts, carry = carried(x.size(0), state, episode_start, self.initial_carry, x.device)
         logits, _, state, prev = self.step_carried(x, starts, carry)
         dist = self.distribution(logits)
         action = dist.mode() if deterministic else dist.sample()
         state = self.carry(state, action)
-        actions = action.cpu().numpy()
+        actions = self.env_action(action).cpu().numpy()
         if not batched:
-            actions = int(actions[0]) if actions.ndim == 1 else actions[0]
+            actions = int(actions[0]) if actions.ndim == 1 and not self.config.continuous else actions[0]
         return actions, tuple(t.cpu().numpy() for t in state)
 
     def step_carried(self, obs: Tensor, starts: Tensor, carry: State):
@@ -395,40 +467,6 @@ def agent_folder(directory) -> Optional[Path]:
     """The folder holding a saved agent: ``directory`` itself, or a run directory's ``agent/``; None if neither."""
     directory = Path(directory)
     return next((d for d in (directory / "agent", directory) if (d / AGENT_CONFIG).is_file()), None)
-
-
-class ActionDistribution:
-    """The policy over a Discrete action space (one categorical over ``logits [..., A]``), or over a MultiDiscrete
-    one (a categorical per dimension, over its slice of the logits; the dimensions are chosen independently, so
-    log-probabilities and entropies add up, as Stable-Baselines3's ``MultiCategoricalDistribution`` has it).
-    Actions are ``[...]`` (Discrete) or ``[..., len(dims)]`` (MultiDiscrete)."""
-
-    def __init__(self, logits: Tensor, dims: Optional[List[int]] = None):
-        self.dims = dims
-        self.parts = [Categorical(logits=part) for part in logits.split(dims, dim=-1)] if dims else \
-            [Categorical(logits=logits)]
-
-    def _join(self, per_part: List[Tensor]) -> Tensor:
-        return torch.stack(per_part, dim=-1) if self.dims else per_part[0]
-
-    def sample(self) -> Tensor:
-        return self._join([part.sample() for part in self.parts])
-
-    def mode(self) -> Tensor:
-        """The most likely action (in each dimension)."""
-        return self._join([part.logits.argmax(-1) for part in self.parts])
-
-    def log_prob(self, actions: Tensor) -> Tensor:
-        if not self.dims:
-            return self.parts[0].log_prob(actions)
-        return sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts))
-
-    def entropy(self) -> Tensor:
-        return sum(part.entropy() for part in self.parts)
-
-    def kl_from(self, old: "ActionDistribution") -> Tensor:
-        """KL(old || self) over the whole distribution (every action, not only the taken one) ``[...]``."""
-        return sum(kl_divergence(o, n) for o, n in zip(old.parts, self.parts))
 
 
 class AgentStepper:

@@ -8,7 +8,12 @@
   importing ``popgym``; an id ``module:EnvId-v0`` imports ``module`` first, as ``gymnasium.make`` does.
 * :class:`ObservationEncoder` turns any observation of a ``Discrete``, ``MultiDiscrete``, ``MultiBinary``,
   ``Box``, or a ``Tuple``/``Dict`` of them, into a float vector ``[obs_dim]`` (one-hot codes for discrete parts).
-* Only ``Discrete`` action spaces are supported; anything else is one line.
+* Actions: ``Discrete``, ``MultiDiscrete`` (one dimension) and ``Box`` (shape ``(n,)``, finite bounds); anything
+  else is one line.
+* :func:`register_env_family` makes POPGym's ids and the partially observed MuJoCo tasks known:
+  ``mujoco-HalfCheetah-P-v5`` is Gymnasium's ``HalfCheetah-v5`` with its velocities hidden (only the joint
+  positions observed; ``-V``: only the velocities), the "-P"/"-V" tasks of Ni et al. (ICML 2022), through
+  :func:`observe_only`.
 
 Everything that is the user's to fix (no ``rl`` extra, an unknown id, an unsupported space) is one
 :class:`~transformer_xl.errors.TXLError` line.
@@ -17,10 +22,12 @@ Everything that is the user's to fix (no ``rl`` extra, an unknown id, an unsuppo
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import importlib.util
 import os
 import sys
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
@@ -40,12 +47,67 @@ def gymnasium():
 
 
 def register_env_family(env_id: str) -> None:
-    """Import the package that registers ``env_id`` with gymnasium (``popgym-...`` ids need ``popgym``)."""
+    """Import or register what makes ``env_id`` known to gymnasium: ``popgym-...`` ids need ``popgym``;
+    ``mujoco-...-P-v5``/``-V-v5`` are registered here (:func:`observe_only`) and need ``mujoco``."""
     if env_id.startswith("popgym-"):
         try:
             importlib.import_module("popgym")
         except ImportError:
             raise MissingExtraError(f'{env_id} needs popgym: pip install "transformer-xl[rl]"') from None
+    if env_id.startswith("mujoco-"):
+        register_partially_observed_mujoco()
+
+
+#: Gymnasium's MuJoCo tasks with their leading joint positions left out of the observation (the torso's x, or x and
+#: y), as their ``-v5`` versions observe by default: the observation is then ``qpos[k:]`` then ``qvel``.
+MUJOCO_SKIPPED_POSITIONS = {"HalfCheetah": 1, "Hopper": 1, "Walker2d": 1, "Swimmer": 1, "Ant": 2}
+OBSERVED = {"P": "positions", "V": "velocities"}
+
+
+def observe_only(task: str, observe: str, **kwargs):
+    """Gymnasium's MuJoCo task ``task`` (``-v5``) observing only its joint positions (``"positions"``: the velocities
+    hidden, the "-P" task of Ni et al., ICML 2022) or only its joint velocities (``"velocities"``, "-V"): the
+    slice of its observation that holds them; rewards, actions and episodes are the task's own. The entry point of
+    ``mujoco-TASK-P-v5`` and ``mujoco-TASK-V-v5`` (:func:`register_partially_observed_mujoco`); ``kwargs`` go to
+    the task."""
+    env = gymnasium().make(f"{task}-v5", **kwargs)
+    positions = int(env.unwrapped.model.nq) - MUJOCO_SKIPPED_POSITIONS[task]
+    keep = slice(0, positions) if observe == "positions" else \
+        slice(positions, positions + int(env.unwrapped.model.nv))
+    return _slice_wrapper()(env, keep)
+
+
+@functools.lru_cache(maxsize=None)
+def _slice_wrapper():
+    """An ``ObservationWrapper`` keeping one slice of a Box observation (made on first use: gymnasium is optional)."""
+    gym = gymnasium()
+
+    class ObservationSlice(gym.ObservationWrapper):
+        def __init__(self, env, keep: slice):
+            super().__init__(env)
+            self.keep = keep
+            box = env.observation_space
+            self.observation_space = gym.spaces.Box(box.low[keep], box.high[keep], dtype=box.dtype)
+
+        def observation(self, observation):
+            return observation[self.keep]
+
+    return ObservationSlice
+
+
+def register_partially_observed_mujoco() -> None:
+    """Register ``mujoco-TASK-P-v5`` and ``mujoco-TASK-V-v5`` for each task of :data:`MUJOCO_SKIPPED_POSITIONS`
+    (one MissingExtraError line without ``mujoco``)."""
+    gym = gymnasium()
+    if importlib.util.find_spec("mujoco") is None:
+        raise MissingExtraError('the MuJoCo tasks need mujoco: pip install "transformer-xl[mujoco]"')
+    for task in MUJOCO_SKIPPED_POSITIONS:
+        spec = gym.spec(f"{task}-v5")
+        for letter, observe in OBSERVED.items():
+            env_id = f"mujoco-{task}-{letter}-v5"
+            if env_id not in gym.envs.registry:
+                gym.register(env_id, entry_point=observe_only, kwargs={"task": task, "observe": observe},
+                             max_episode_steps=spec.max_episode_steps)
 
 
 VECTORS = ("sync", "async")
@@ -111,20 +173,38 @@ def make_envs(env, n: int, seed: int, env_kwargs: Optional[dict] = None, vector:
     return envs, obs
 
 
-def check_action_space(space, env_id: str) -> Tuple[int, Optional[List[int]]]:
-    """``(logits, dims)`` of a ``Discrete`` space (its actions, None) or a ``MultiDiscrete`` one (the sum of its
-    sizes, the sizes); anything else is one ConfigError line."""
+def check_action_space(space, env_id: str) -> dict:
+    """The agent's action fields (:class:`~.agent.AgentConfig`) for ``space``: ``n_actions`` (a ``Discrete``
+    space's actions, the sum of a ``MultiDiscrete`` one's sizes, a ``Box``'s dimensions), ``action_dims`` (the
+    ``MultiDiscrete`` sizes, else None) and ``action_box`` (a ``Box``'s ``[low, high]`` per dimension, else None).
+    Anything else, and a ``Box`` that is not one finite vector, is one ConfigError line."""
     gym = gymnasium()
-    if isinstance(space, gym.spaces.Discrete):
+    spaces = gym.spaces
+    if isinstance(space, spaces.Discrete):
         if int(space.start) != 0:
             raise ConfigError(f"env: {env_id} has actions {space}; txl rl needs them to start at 0")
-        return int(space.n), None
-    if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1 \
+        return {"n_actions": int(space.n), "action_dims": None, "action_box": None}
+    if isinstance(space, spaces.MultiDiscrete) and np.asarray(space.nvec).ndim == 1 \
             and not np.any(np.asarray(getattr(space, "start", 0))):
         dims = [int(n) for n in space.nvec]
-        return sum(dims), dims
-    raise ConfigError(f"env: {env_id} has actions {space}; txl rl supports discrete actions (Discrete(n), or "
-                      f"MultiDiscrete of one dimension) only")
+        return {"n_actions": sum(dims), "action_dims": dims, "action_box": None}
+    if isinstance(space, spaces.Box):
+        if len(space.shape) != 1:
+            raise ConfigError(f"env: {env_id} has actions {space} of shape {space.shape}; txl rl takes a Box of one "
+                              f"dimension, shape (n,) (reshape its actions to one vector in the environment)")
+        low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise ConfigError(f"env: {env_id} has actions {space} with infinite bounds; the policy needs finite "
+                              f"ones to clip to (rescale with gymnasium.wrappers.RescaleAction, or bound the space)")
+        if np.any(high <= low):
+            raise ConfigError(f"env: {env_id} has actions {space} whose high is not above its low")
+        return {"n_actions": int(space.shape[0]), "action_dims": None,
+                "action_box": [low.tolist(), high.tolist()]}
+    kinds = "Discrete(n), MultiDiscrete of one dimension, or a Box of shape (n,)"
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        raise ConfigError(f"env: {env_id} has actions {space}: a {type(space).__name__} of several action spaces; "
+                          f"txl rl takes one of {kinds}")
+    raise ConfigError(f"env: {env_id} has actions {space}; txl rl takes {kinds}")
 
 
 class ObservationEncoder:

@@ -139,11 +139,11 @@ def _episodes(agent: MemoryAgent, envs, obs, s: PlaySettings):
     torch.manual_seed(s.seed)  # the sampled actions
     start = time.perf_counter()
     while (counts < targets).any():
-        logits, _ = stepper.step(encoder.encode(obs), starts, prev)
+        logits, _ = stepper.step(agent.normalize(encoder.encode(obs)), starts, prev)
         dist = agent.distribution(logits)
         actions = dist.mode() if s.deterministic else dist.sample()
         prev = agent.action_code(actions)
-        obs, reward, terminated, truncated, _ = envs.step(actions.numpy())
+        obs, reward, terminated, truncated, _ = envs.step(agent.env_action(actions).numpy())
         done = np.logical_or(terminated, truncated)
         running += reward
         length += 1

@@ -22,8 +22,8 @@ value of its final observation, read with the memory the episode had.
 The same collector and update serve ``txl rl`` (Gymnasium vector environments, :class:`GymVector`) and
 :class:`transformer_xl.sb3.TransformerXLPPO` (Stable-Baselines3's ``VecEnv``): an environment adapter steps the
 environments and says which episodes ended and how, and the agent is anything with ``stepper``, ``step``,
-``replay``, ``initial_state``, ``action_code`` and ``no_action`` (:class:`~.agent.MemoryAgent`, or the
-Stable-Baselines3 policy around it).
+``replay``, ``initial_state``, ``action_code``, ``no_action``, ``env_action`` and ``normalize``
+(:class:`~.agent.MemoryAgent`, or the Stable-Baselines3 policy around it).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from .agent import MemoryAgent, State, _add_batch, select, take_window_state
+from .normalize import RewardScaler
 
 
 @dataclasses.dataclass
@@ -59,6 +60,8 @@ class PPOConfig:
     dual_clip: Optional[float] = None  # c > 1: bound a negative advantage's term by c x adv (Ye et al. 2020); None: off
     kl_coef: float = 1.0  # weight of KL(collecting policy || policy), over every action, in the loss; 0: off
     #   (with 0, 2 of 15 runs lost a solved task; with 1, none of 24, at 1.1-1.3x the steps to 0.9)
+    normalize_reward: Optional[bool] = None  # learn from rewards / the return's running std (.normalize); None:
+    #   with Box actions (continuous control), as CleanRL's ppo_continuous_action wraps its environments
 
     def check(self, window: int) -> None:
         for name in ("envs", "rollout", "epochs", "minibatches"):
@@ -133,13 +136,17 @@ class Collector:
     """Steps the environments and keeps each one's memory between iterations; counts finished episodes.
 
     ``envs``: an adapter (:class:`GymVector`); ``encode(raw) -> Obs`` turns the raw observations of a batch of
-    environments into the agent's input; ``gamma`` is the discount of the time-limit bootstrap.
+    environments into the agent's input, which the agent's running statistics then normalise (``agent.normalize``,
+    updated with every batch; the batch keeps the normalised input, which the update replays); ``gamma`` is the
+    discount of the time-limit bootstrap; ``rewards``: a :class:`~.normalize.RewardScaler` for the rewards the
+    update learns from (the returns counted are the environments' own).
     """
 
-    def __init__(self, envs, encode: Callable[[Any], Obs], agent: MemoryAgent, first_obs, gamma: float = 0.99):
-        self.envs, self.encode, self.agent, self.gamma = envs, encode, agent, gamma
+    def __init__(self, envs, encode: Callable[[Any], Obs], agent: MemoryAgent, first_obs, gamma: float = 0.99,
+                 rewards: Optional[RewardScaler] = None):
+        self.envs, self.encode, self.agent, self.gamma, self.rewards = envs, encode, agent, gamma, rewards
         n = envs.num_envs
-        self.raw_obs, self.obs = first_obs, encode(first_obs)  # as the environments gave them; [E, ...]
+        self.raw_obs, self.obs = first_obs, self.observe(first_obs)  # as the environments gave them; [E, ...]
         self.starts = torch.ones(n, dtype=torch.bool)  # every environment begins an episode
         self.prev = agent.no_action(n)  # [E, P]: the previous action's code (none before the first step)
         self.stepper = agent.stepper(n)
@@ -168,9 +175,10 @@ class Collector:
             dist = self.agent.distribution(logits)
             action = dist.sample()
             code = self.agent.action_code(action)  # the next step's previous action
-            stepped = self.envs.step(action.cpu().numpy())
+            stepped = self.envs.step(self.agent.env_action(action).cpu().numpy())  # Box: clipped or squashed
             self._count(stepped.reward, stepped.done)
-            reward = torch.as_tensor(stepped.reward, dtype=torch.float32)
+            learnt = stepped.reward if self.rewards is None else self.rewards(stepped.reward, stepped.done)
+            reward = torch.as_tensor(learnt, dtype=torch.float32)
             for i, final in stepped.truncated.items():  # a time limit: bootstrap from the final observation
                 reward[i] += self.gamma * float(self._value_of(final, i, code[i:i + 1]))
             obs.append(self.obs)
@@ -183,7 +191,7 @@ class Collector:
             rewards.append(reward)
             dones.append(torch.as_tensor(stepped.done))
             self.raw_obs = stepped.obs  # same-step autoreset: a done is a start at the next step
-            self.obs, self.starts = self.encode(stepped.obs), torch.as_tensor(stepped.done)
+            self.obs, self.starts = self.observe(stepped.obs), torch.as_tensor(stepped.done)
             self.prev = code  # the agent zeroes it where an episode starts
             if on_step is not None and not on_step(stepped):
                 return None
@@ -195,9 +203,14 @@ class Collector:
     def _value_of(self, final_obs, i: int, prev: Tensor) -> Tensor:
         """The value of environment ``i``'s final observation (after the action coded ``prev [1, P]``), read with
         the memory its episode had."""
-        x = self.encode(_add_batch(final_obs))
+        x = self.agent.normalize(self.encode(_add_batch(final_obs)))
         _, value, _ = self.agent.step(x, torch.zeros(1, dtype=torch.bool), select(self.stepper.state, [i]), prev)
         return value[0]
+
+    def observe(self, raw) -> Obs:
+        """The agent's input for a batch of raw observations: encoded, then normalised by the agent's running
+        statistics, merged with this batch first."""
+        return self.agent.normalize(self.encode(raw), update=True)
 
     def _count(self, reward, done) -> None:
         self.running += reward

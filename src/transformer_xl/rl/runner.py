@@ -35,6 +35,7 @@ from ..training.signals import stop_requests
 from . import ppo, presets
 from .agent import AgentConfig, MemoryAgent
 from .envs import ObservationEncoder, check_action_space, make_envs
+from .normalize import RewardScaler
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ RETURN_WINDOW = 100  # mean_return: the mean of the last 100 finished episodes
 
 #: The agent's settings and their defaults (the fields of :class:`AgentConfig` that are not the environment's).
 AGENT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(AgentConfig)
-                  if f.name not in ("obs_dim", "n_actions", "action_dims", "env_id", "observation")}
+                  if f.name not in ("obs_dim", "n_actions", "action_dims", "action_box", "env_id", "observation")}
 
 
 @dataclasses.dataclass
@@ -234,9 +235,9 @@ def train_agent(settings: RLSettings, announce: Optional[Callable[[], None]] = N
                                 settings.vector)  # bad ids fail before any write
     try:
         encoder = ObservationEncoder(envs.single_observation_space, settings.env_id)
-        n_actions, action_dims = check_action_space(envs.single_action_space, settings.env_id)
-        config = AgentConfig(obs_dim=encoder.dim, n_actions=n_actions, action_dims=action_dims,
-                             env_id=settings.env_id, observation=encoder.to_json(), **settings.agent)
+        actions = check_action_space(envs.single_action_space, settings.env_id)
+        config = AgentConfig(obs_dim=encoder.dim, **actions, env_id=settings.env_id, observation=encoder.to_json(),
+                             **settings.agent)
         settings.ppo.check(config.window)
         if announce is not None:
             announce()
@@ -293,11 +294,15 @@ class Run:
         agent = MemoryAgent(config)
         optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
         state = {"step": 0, "iteration": 0, "seconds": 0.0, "returns": [], "episodes": 0, "lengths": [],
-                 "start_return": None, "start_spread": None}
+                 "start_return": None, "start_spread": None, "reward_scaler": None}
         if latest is not None:
             state = self._restore(latest, agent, optimizer)
         atomic_write_text(self.path / SETTINGS_NAME, yaml.safe_dump(s.to_dict(), sort_keys=False))
-        collector = ppo.Collector(ppo.GymVector(envs), encoder.encode, agent, first_obs, cfg.gamma)
+        scale = cfg.normalize_reward if cfg.normalize_reward is not None else config.continuous
+        rewards = RewardScaler(envs.num_envs, cfg.gamma) if scale else None
+        if rewards is not None:
+            rewards.load_state_dict(state["reward_scaler"])
+        collector = ppo.Collector(ppo.GymVector(envs), encoder.encode, agent, first_obs, cfg.gamma, rewards)
         collector.finished, collector.episodes = list(state["returns"]), state["episodes"]
         collector.lengths = list(state["lengths"])
         gen = torch.Generator().manual_seed(s.seed + state["iteration"])
@@ -324,6 +329,7 @@ class Run:
                     del collector.finished[:-RETURN_WINDOW]  # the returns the records and checkpoints need
                     del collector.lengths[:-RETURN_WINDOW]
                     state["lengths"] = list(collector.lengths)
+                    state["reward_scaler"] = None if rewards is None else rewards.state_dict()
                     record = self._record(state, collector.finished, stats)
                     metrics.log(record)
                     _advance(bar, s.iteration_steps, record)
@@ -390,7 +396,8 @@ class Run:
         log.info("resumed %s at step %d", directory, trainer_state["step"])
         restored = {k: trainer_state[k] for k in ("step", "iteration", "seconds", "returns")}
         restored["episodes"] = int(trainer_state.get("episodes", len(restored["returns"])))
-        for key, empty in (("lengths", []), ("start_return", None), ("start_spread", None)):  # saved since
+        for key, empty in (("lengths", []), ("start_return", None), ("start_spread", None),
+                           ("reward_scaler", None)):  # saved since
             restored[key] = trainer_state.get(key, empty)
         return restored
 
