@@ -31,7 +31,8 @@ def add(sub) -> None:
                        "environment (needs the rl extra)",
                        description="Train a PPO agent whose policy and value read a Transformer-XL memory (GTrXL: "
                                    "gated, identity-map reordered) on any Gymnasium environment with discrete or box "
-                                   "observations and discrete actions, e.g. popgym-RepeatFirstEasy-v0, or your own "
+                                   "observations and discrete or box actions, e.g. popgym-RepeatFirstEasy-v0, "
+                                   "mujoco-HalfCheetah-P-v5 (velocities hidden), or your own "
                                    "as module:EnvId-v0. Settings come from the defaults, then the preset of the "
                                    "environment's family (printed at the start), then, with --resume, the run's "
                                    "run.yaml, then the flags given. The run directory holds run.yaml, "
@@ -79,6 +80,15 @@ def add(sub) -> None:
     agent.add_argument("--prev-action", action=argparse.BooleanOptionalAction, default=None,
                        help="give each step the agent's previous action as an input, as POPGym's baselines do "
                             "(default: on with a memory, off with --mem-len 0; --no-prev-action leaves it out)")
+    agent.add_argument("--log-std", choices=("parameter", "head"),
+                       help="Box actions: the Gaussian's log-std, one parameter per dimension or from the state "
+                            "(default: parameter)")
+    agent.add_argument("--action-bounds", choices=("clip", "tanh"),
+                       help="Box actions: clip the sample to the bounds for the environment (SB3's rule) or squash "
+                            "it into them with tanh (default: clip)")
+    agent.add_argument("--normalize-obs", action=argparse.BooleanOptionalAction, default=None,
+                       help="normalise observations by running statistics kept with the agent (default: on with Box "
+                            "actions)")
     agent.add_argument("--window", type=int, metavar="N",
                        help=f"steps per replayed window in the update (default: {AGENT_DEFAULTS['window']})")
     _add_ppo_options(p)
@@ -115,6 +125,9 @@ def _add_ppo_options(p) -> None:
                      help="weight of a KL penalty from the policy that collected, over every action's probability "
                           "(PPO's KL penalty beside the clip), which the clip cannot see for an action that is "
                           f"almost certain (0: off; default: {d.kl_coef})")
+    opt.add_argument("--normalize-reward", action=argparse.BooleanOptionalAction, default=None,
+                     help="learn from rewards divided by the running spread of the return (default: on with Box "
+                          "actions)")
     opt.add_argument("--gamma", type=float, metavar="G", help=GAMMA_HELP % {"default": d.gamma})
     opt.add_argument("--gae-lambda", type=float, metavar="L",
                      help=f"GAE's lambda: the bias-variance trade of the advantages (default: {d.gae_lambda})")
@@ -135,12 +148,13 @@ def given_settings(args) -> dict:
     top = {"steps": args.steps, "seed": args.seed, "run_dir": args.run_dir, "threads": args.threads,
            "env_kwargs": None if args.env_kwargs is None else _json_object(args.env_kwargs), "vector": args.vector}
     agent = {"mem_len": args.mem_len, "gating": args.gating, "core": args.core, "d_model": args.d_model,
-             "n_layer": args.n_layer, "window": args.window, "prev_action": args.prev_action}
+             "n_layer": args.n_layer, "window": args.window, "prev_action": args.prev_action,
+             "log_std": args.log_std, "action_bounds": args.action_bounds, "normalize_obs": args.normalize_obs}
     ppo = {"envs": args.envs, "rollout": args.rollout, "lr": args.lr, "epochs": args.epochs,
            "minibatches": args.minibatches, "ent_coef": args.ent_coef, "gamma": args.gamma,
            "gae_lambda": args.gae_lambda,
            "target_kl": args.target_kl, "dual_clip": args.dual_clip,
-           "kl_coef": args.kl_coef}
+           "kl_coef": args.kl_coef, "normalize_reward": args.normalize_reward}
     given = {k: v for k, v in top.items() if v is not None}
     for name, group in (("agent", agent), ("ppo", ppo)):
         group = {k: v for k, v in group.items() if v is not None}
