@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).parent))
+import torch
 from common import cpu_description, first_reach, jsonl_rows
 
 TASKS = ["popgym-PositionOnlyPendulumEasy-v0", "popgym-NoisyPositionOnlyPendulumEasy-v0", "mujoco-HalfCheetah-P-v5",
@@ -50,6 +51,7 @@ TXL_AGENTS = {"gtrxl": [], "gru": ["--core", "gru"], "none": ["--mem-len", "0"]}
 SB3_AGENTS = ["recurrentppo", "ppo", "ppo-full"]
 AGENTS = [*TXL_AGENTS, *SB3_AGENTS]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+torch.set_num_threads(1)  # as in the runs, so that the line names them
 CPU = cpu_description()
 
 

@@ -245,3 +245,31 @@ def test_txl_rl_and_rl_eval_take_box_actions_in_a_fresh_process(tmp_path):
     assert played.returncode == 0, played.stderr
     result = json.loads(played.stdout)
     assert result["episodes"] == 6 and -1.0 <= result["mean_return"] <= 1.0
+
+
+@pytest.mark.parametrize("task,letter,skipped", [("Hopper", "P", 1), ("HalfCheetah", "V", 1), ("Ant", "P", 2)])
+def test_the_partially_observed_mujoco_tasks_are_slices_of_gymnasiums(task, letter, skipped):
+    """``mujoco-TASK-P-v5`` observes Gymnasium's ``TASK-v5`` joint positions only (its observation's first
+    ``nq - skipped`` numbers), ``-V`` its velocities only (the next ``nv``), step after step under the same actions
+    and seed; rewards and episode ends are the task's own."""
+    pytest.importorskip("mujoco", reason="the MuJoCo tasks need the mujoco extra")
+    import gymnasium as gym
+
+    from transformer_xl.rl.envs import register_env_family
+
+    register_env_family(f"mujoco-{task}-{letter}-v5")
+    ours, judge = gym.make(f"mujoco-{task}-{letter}-v5"), gym.make(f"{task}-v5")
+    nq, nv = judge.unwrapped.model.nq, judge.unwrapped.model.nv
+    keep = slice(0, nq - skipped) if letter == "P" else slice(nq - skipped, nq - skipped + nv)
+    (obs, _), (full, _) = ours.reset(seed=3), judge.reset(seed=3)
+    assert ours.observation_space.shape == (keep.stop - keep.start,)
+    assert ours.spec.max_episode_steps == judge.spec.max_episode_steps
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        np.testing.assert_array_equal(obs, full[keep])
+        action = rng.uniform(-1, 1, judge.action_space.shape)
+        obs, reward, terminated, _, _ = ours.step(action)
+        full, want, want_terminated, _, _ = judge.step(action)
+        assert reward == want and terminated == want_terminated
+        if terminated:
+            break
