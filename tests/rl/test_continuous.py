@@ -191,24 +191,31 @@ def learn(tmp_path, mem_len: int, **agent):
     return train_agent(settings)
 
 
-def test_a_continuous_cue_is_learnt_with_memory_and_not_without(tmp_path):
-    remembering = learn(tmp_path, mem_len=6)
+@pytest.fixture(scope="module")
+def learnt(tmp_path_factory):
+    """The agent with a memory of 6 steps, trained once for the tests that read it: (its folder's parent, result)."""
+    root = tmp_path_factory.mktemp("continuous")
+    return root, learn(root, mem_len=6)
+
+
+def test_a_continuous_cue_is_learnt_with_memory_and_not_without(learnt, tmp_path):
+    root, remembering = learnt
     forgetting = learn(tmp_path, mem_len=0)
     assert remembering.mean_return > 0.8, remembering  # the environment's return (1 - |a - cue|), not scaled
     assert forgetting.mean_return < 0.3, forgetting
-    saved = MemoryAgent.from_pretrained(tmp_path / "mem6")
+    saved = MemoryAgent.from_pretrained(root / "mem6")
     for name in ("mean", "var", "count"):  # the statistics travel with the agent
         assert torch.equal(getattr(saved.obs_norm, name), getattr(remembering.agent.obs_norm, name))
     assert saved.obs_norm.var.item() != 1.0
-    records = [json.loads(line) for line in (tmp_path / "mem6" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (root / "mem6" / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["mean_return"] == remembering.mean_return
 
 
-def test_predict_normalises_and_clips_as_training_did(tmp_path):
+def test_predict_normalises_and_clips_as_training_did(learnt):
     """``predict`` on a raw observation: the saved statistics normalise it (the same action as stepping the agent
     by hand on the normalised vector), and the action is within the space."""
-    result = learn(tmp_path, mem_len=6)
-    agent = MemoryAgent.from_pretrained(tmp_path / "mem6")
+    root, result = learnt
+    agent = MemoryAgent.from_pretrained(root / "mem6")
     obs = np.array([1.0], dtype=np.float32)
     action, state = agent.predict(obs, None, episode_start=True, deterministic=True)
     assert action.shape == (1,) and -1.0 <= action[0] <= 1.0
