@@ -230,7 +230,9 @@ def locate(name_or_path, revision: Optional[str] = None, *, parts: Sequence[str]
     """The local folder of a model named by ``name_or_path`` (module docstring).
 
     ``parts``: what must be present (``config``, ``weights``; ``vocab`` is fetched when it exists). For a hub
-    id only these files are fetched. ``revision`` (a branch, tag or commit) applies to hub ids only.
+    id only these files are fetched; without ``weights``, a local folder holding ``config.json`` and a
+    vocabulary but no weights is accepted too (a tokenizer needs only those). ``revision`` (a branch, tag or
+    commit) applies to hub ids only.
     ``label`` starts the error line (e.g. ``"--init-from: "``).
     """
     text = str(name_or_path)
@@ -238,17 +240,27 @@ def locate(name_or_path, revision: Optional[str] = None, *, parts: Sequence[str]
     if path.exists():
         if revision is not None:
             raise ConfigError(f"{label}revision: {revision!r} applies to hub ids; {text} is a local folder")
-        return _locate_local(path, text, label)
+        return _locate_local(path, text, label, parts)
     if is_local_path(text):
         raise no_such_folder(text, label)
     return _locate_hub(text, revision, parts, cache_dir, token, local_files_only, label)
 
 
-def _locate_local(path: Path, source: str, label: str) -> Located:
-    directory = resolve_model_dir(path, label)
+def _locate_local(path: Path, source: str, label: str, parts: Sequence[str]) -> Located:
+    try:
+        directory = resolve_model_dir(path, label)
+    except CheckpointError:
+        if "weights" in parts or not _config_and_vocab(path):
+            raise
+        directory = path
     config = read_config(directory / CONFIG_NAME)
     return Located(directory, config_format(config, str(directory / CONFIG_NAME)), source, config,
                    run_dir=find_run_dir(directory))
+
+
+def _config_and_vocab(path: Path) -> bool:
+    """A folder holding ``config.json`` and a vocabulary (:data:`VOCAB_NAMES`), whatever else it lacks."""
+    return (path / CONFIG_NAME).is_file() and any((path / name).is_file() for name in VOCAB_NAMES)
 
 
 # ---------------------------------------------------------------------------- the hub

@@ -2,7 +2,16 @@
 
 ``AutoTokenizer.from_pretrained(name)`` opens what ``TransformerXLTokenizer.from_pretrained`` opens: HuggingFace's
 ``vocab.pkl`` (read without unpickling: nothing in the file runs), ``vocab.bin``/``vocab.txt``, or this package's
-``vocab.json``/``tokenizer.json``, from a hub id, a folder or a run.
+``vocab.json``/``tokenizer.json``, from a hub id, a folder or a run; a folder (or a hub repository) with a
+``config.json`` and a vocabulary but no weights is enough.
+
+``TransfoXLTokenizer(vocab_file=PATH)`` reads the file it names as transformers 4.35's constructor did: a word list
+(one symbol per line, the first field of each line; any file name), or a pickled ``vocab.pkl``/``vocab.bin``
+(also as ``pretrained_vocab_file=``), tokenized with HuggingFace's rules and 4.35's keywords ``lower_case``,
+``delimiter``, ``never_split``, ``language``, ``unk_token``/``eos_token``/``additional_special_tokens`` (the
+special tokens a text is cut at, ``<formula>`` among them by default) and ``special``; ``min_freq`` and
+``max_size``, which count a corpus, are refused unless left at their defaults. A ``vocab.json`` this package saved
+opens as it was saved.
 
 A HuggingFace vocabulary tokenizes as transformers 4.35's ``TransfoXLTokenizer`` did: the whole text with the Moses
 rules and the ``@,@`` number splits, newlines being white space, no ``<eos>`` added; unknown words become
@@ -22,36 +31,60 @@ from typing import Dict, List, Optional, Tuple
 from transformers import PreTrainedTokenizer
 
 from ..checkpoints.hub import VOCAB_NAMES
+from ..errors import ConfigError, DataError
 from ..files import CONFIG_NAME
 from ..text.hf_vocab import HFVocab
 from ..text.tokenizer import TransformerXLTokenizer
+from ..text.vocab_files import is_saved_json, read_hf_word_list, read_vocab_file
 
 #: from_pretrained arguments of transformers that change nothing here.
 IGNORED_LOAD_ARGS = frozenset({"_from_auto", "_from_pipeline", "_commit_hash", "trust_remote_code", "proxies",
                                "force_download", "subfolder", "use_fast", "tokenizer_type", "config",
                                "code_revision", "gguf_file", "padding_side"})
+#: transformers 4.35's constructor keywords that set how a word list tokenizes (HFVocab's settings).
+WORD_LIST_SETTINGS = ("lower_case", "delimiter", "never_split", "language", "special")
+#: 4.35's keywords for counting a corpus into a vocabulary, and their defaults (meaning "not used").
+COUNTING_DEFAULTS = {"min_freq": 0, "max_size": None}
+#: The named special tokens of transformers, in 4.35's order: with the additional ones, what a text is cut at.
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+#: 4.35's defaults for the special tokens of a word list.
+WORD_LIST_SPECIALS = {"eos_token": "<eos>", "unk_token": "<unk>"}
+DEFAULT_ADDITIONAL = ("<formula>",)
 
 
 class TransfoXLTokenizer(PreTrainedTokenizer):
     """transformers' tokenizer interface over a :class:`TransformerXLTokenizer` (``self.txl``), module docstring.
 
-    ``TransfoXLTokenizer(txl_tokenizer)`` wraps one; ``from_pretrained(name)`` opens one. ``<eos>`` is the end of
-    sequence token and ``<unk>`` the unknown one when the vocabulary has them; there is no padding token (set
-    ``tokenizer.pad_token = "<eos>"`` to pad a batch, and see docs/TRANSFORMERS.md on padding).
+    ``TransfoXLTokenizer(txl_tokenizer)`` wraps one; ``from_pretrained(name)`` opens one;
+    ``TransfoXLTokenizer(vocab_file=PATH, **settings)`` reads a word list as transformers 4.35 did (module
+    docstring). ``<eos>`` is the end of sequence token and ``<unk>`` the unknown one when the vocabulary has them;
+    there is no padding token (set ``tokenizer.pad_token = "<eos>"`` to pad a batch, and see docs/TRANSFORMERS.md
+    on padding).
     """
 
     model_input_names = ["input_ids", "attention_mask"]
     vocab_files_names = {"vocab_file": "vocab.json"}
 
-    def __init__(self, txl: Optional[TransformerXLTokenizer] = None, vocab_file: Optional[str] = None, **kwargs):
+    def __init__(self, txl: Optional[TransformerXLTokenizer] = None, vocab_file: Optional[str] = None,
+                 pretrained_vocab_file: Optional[str] = None, **kwargs):
+        settings = {name: kwargs.pop(name) for name in WORD_LIST_SETTINGS if name in kwargs}
+        for name, default in COUNTING_DEFAULTS.items():
+            if kwargs.pop(name, default) != default:
+                raise ConfigError(f"TransfoXLTokenizer: {name} builds a vocabulary by counting a corpus, which this "
+                                  f"class does not do (transformers 4.35 ignored it given a vocab_file); build one "
+                                  f"with `txl train` or transformer_xl.text.Vocab, or leave {name} out")
         if txl is None:
-            if vocab_file is None:
-                raise ValueError("TransfoXLTokenizer: give a TransformerXLTokenizer or a vocab_file, or use "
-                                 "TransfoXLTokenizer.from_pretrained(name)")
-            txl = TransformerXLTokenizer.from_folder(Path(vocab_file).parent)
+            txl = TransformerXLTokenizer(_word_list(vocab_file, pretrained_vocab_file, settings, kwargs))
+        elif vocab_file is not None or pretrained_vocab_file is not None:
+            raise ConfigError("TransfoXLTokenizer: give a TransformerXLTokenizer or a vocab_file, not both")
+        elif settings:
+            raise ConfigError(f"TransfoXLTokenizer: {', '.join(settings)}: applies to a word list read from a "
+                              f"vocab_file (TransfoXLTokenizer(vocab_file=..., {next(iter(settings))}=...)); a saved "
+                              f"vocabulary tokenizes with the settings it was saved with")
         self.txl = txl
         self._sym2idx = getattr(txl.vocab, "sym2idx", None)
-        for name, symbol in (("eos_token", "<eos>"), ("unk_token", "<unk>")):
+        unk = getattr(txl.vocab, "unk", None) or "<unk>"
+        for name, symbol in (("eos_token", "<eos>"), ("unk_token", unk)):
             if self._sym2idx is not None and symbol in self._sym2idx:
                 kwargs.setdefault(name, symbol)
         kwargs.setdefault("clean_up_tokenization_spaces", False)
@@ -112,6 +145,37 @@ class TransfoXLTokenizer(PreTrainedTokenizer):
         if filename_prefix:
             raise ValueError("filename_prefix: not supported; the vocabulary is vocab.json in the folder")
         return (str(self.txl.save_pretrained(save_directory)),)
+
+
+def _word_list(vocab_file, pretrained_vocab_file, settings: dict, kwargs: dict):
+    """The vocabulary ``TransfoXLTokenizer(vocab_file=...)`` (or ``pretrained_vocab_file=``) names, with 4.35's
+    settings: those given, else its defaults; the special tokens are cut out of a text (and never lower-cased)
+    and, unless ``never_split`` is given, protected from Moses. ``additional_special_tokens`` is taken out of
+    ``kwargs`` (its tokens map to the unknown id when the word list lacks them, as 4.35's ``sym2idx`` does)."""
+    if vocab_file is None and pretrained_vocab_file is None:
+        raise ConfigError("TransfoXLTokenizer: give a TransformerXLTokenizer or a vocab_file, or use "
+                          "TransfoXLTokenizer.from_pretrained(name)")
+    if vocab_file is not None and pretrained_vocab_file is not None:
+        raise ConfigError("TransfoXLTokenizer: give vocab_file or pretrained_vocab_file, not both")
+    name, given = ("vocab_file", vocab_file) if vocab_file is not None else ("pretrained_vocab_file",
+                                                                              pretrained_vocab_file)
+    path = Path(str(given)).expanduser()
+    additional = kwargs.pop("additional_special_tokens", DEFAULT_ADDITIONAL) or ()
+    specials = [kwargs.get(n, WORD_LIST_SPECIALS.get(n)) for n in SPECIAL_TOKEN_NAMES] + list(additional)
+    split_at = list(dict.fromkeys(str(s) for s in specials if s))
+    never_split = settings.get("never_split")
+    hf = dict(lower_case=bool(settings.get("lower_case", False)), delimiter=settings.get("delimiter"),
+              never_split=split_at if never_split is None else list(never_split), split_at=split_at,
+              language=settings.get("language") or "en", special=settings.get("special") or ())
+    try:
+        if path.is_file() and is_saved_json(path):  # a vocabulary this package saved: as it was saved
+            if settings:
+                raise DataError(f"{path}: a saved vocabulary tokenizes with the settings it was saved with; "
+                                f"{', '.join(settings)}: applies to a word list (one symbol per line)")
+            return read_vocab_file(path)
+        return read_hf_word_list(path, **hf)
+    except DataError as exc:
+        raise DataError(f"TransfoXLTokenizer: {name}: {exc}") from None
 
 
 __all__ = ["TransfoXLTokenizer"]

@@ -6,11 +6,13 @@ restored from our ``vocab.json`` like any :class:`~.vocab.Vocab`.
 
 It tokenizes a line as ``TransfoXLTokenizer.tokenize`` (transformers 4.35) does:
 
-1. lower-case the line (``lower_case``), except where it holds a ``never_split`` symbol;
-2. cut it at the ``never_split`` symbols (``<eos>``, ``<unk>``, ``<formula>`` ...), which stay whole;
+1. lower-case the line (``lower_case``), except where it holds a special token (``split_at``);
+2. cut it at the special tokens (``split_at``: its unknown, end and additional special tokens, ``<eos>``,
+   ``<unk>``, ``<formula>`` by default), which stay whole;
 3. every other piece is stripped, Moses-normalised (punctuation) and Moses-tokenised (aggressive dash splits:
-   ``well-known`` -> ``well @-@ known``, no escaping, ``never_split`` protected), then numbers are split the
-   WikiText-103 way: ``1,000`` -> ``1 @,@ 000``, ``3.5`` -> ``3 @.@ 5``;
+   ``well-known`` -> ``well @-@ known``, no escaping, the ``never_split`` patterns protected: the special tokens
+   unless ``never_split`` was given), then numbers are split the WikiText-103 way: ``1,000`` -> ``1 @,@ 000``,
+   ``3.5`` -> ``3 @.@ 5``;
 4. a symbol missing from the table becomes the unknown symbol (``unk_idx`` of the pickle, else ``<unk>``).
 
 Ids are HuggingFace's ``sym2idx`` (its 4.35 tokenizer loads an empty ``idx2sym`` and lets its added-token
@@ -73,7 +75,10 @@ class HFVocab(Vocab):
     Args:
         symbols: the symbol table, id order.
         lower_case, special, delimiter, never_split, language: the HuggingFace tokenizer's settings
-            (``delimiter=''`` means characters instead of Moses, as there).
+            (``delimiter=''`` means characters instead of Moses, as there; ``never_split``: the patterns Moses
+            leaves whole).
+        split_at: the special tokens a text is cut at before Moses runs, kept whole and never lower-cased
+            (transformers' added tokens); None: ``never_split``, which is what a pickled tokenizer holds.
         unk: symbol that unknown words map to (None: unknown words are an error).
         add_eos: end every line of an encoded text with ``<eos>`` (when the table has it).
     """
@@ -82,10 +87,12 @@ class HFVocab(Vocab):
 
     def __init__(self, symbols: Sequence[str], lower_case: bool = False, special: Sequence[str] = (),
                  delimiter: Optional[str] = None, never_split: Sequence[str] = DEFAULT_NEVER_SPLIT,
-                 language: str = "en", unk: Optional[str] = None, add_eos: bool = True):
+                 language: str = "en", unk: Optional[str] = None, add_eos: bool = True,
+                 split_at: Optional[Sequence[str]] = None):
         super().__init__(special=special, lower_case=lower_case, add_eos=add_eos, level="word")
         self.delimiter = delimiter
         self.never_split = [str(s) for s in never_split]
+        self.split_at = list(self.never_split) if split_at is None else [str(s) for s in split_at]
         self.language = str(language)
         for sym in symbols:
             self.add_symbol(sym)
@@ -96,7 +103,7 @@ class HFVocab(Vocab):
         if unk is not None and unk not in self.sym2idx:
             raise DataError(f"HuggingFace vocabulary: unknown symbol {unk!r} is not in its table")
         self.unk = unk
-        whole = sorted({s for s in self.never_split if s}, key=len, reverse=True)
+        whole = sorted({s for s in self.split_at if s}, key=len, reverse=True)
         self._special_re = re.compile("(" + "|".join(map(re.escape, whole)) + ")") if whole else None
 
     # ------------------------------------------------------------------ tokenization
@@ -105,14 +112,14 @@ class HFVocab(Vocab):
         return None if self.unk is None else self.sym2idx[self.unk]
 
     def _pieces(self, line: str) -> List[Tuple[str, bool]]:
-        """``line`` cut at the never-split symbols: ``(text, is_never_split)`` pairs, empty texts dropped."""
+        """``line`` cut at the special tokens: ``(text, is_special)`` pairs, empty texts dropped."""
         if self._special_re is None:
             return [(line, False)] if line else []
         parts = self._special_re.split(line)
         return [(p, i % 2 == 1) for i, p in enumerate(parts) if p]
 
     def _moses_words(self, text: str) -> List[str]:
-        """One piece between never-split symbols: strip, lower-case, Moses (or characters), numbers."""
+        """One piece between special tokens: strip, lower-case, Moses (or characters), numbers."""
         text = text.strip()
         if self.lower_case:
             text = text.lower()
@@ -128,7 +135,7 @@ class HFVocab(Vocab):
     def words(self, line: str) -> List[str]:
         """The symbols of one line, as ``TransfoXLTokenizer.tokenize(line)`` gives them (no ``<eos>``)."""
         pieces = self._pieces(line)
-        if self.lower_case:  # lower-cased before cutting, never-split symbols excepted
+        if self.lower_case:  # lower-cased before cutting, special tokens excepted
             pieces = self._pieces("".join(p if keep else p.lower() for p, keep in pieces))
         out: List[str] = []
         for text, keep in pieces:
@@ -166,7 +173,7 @@ class HFVocab(Vocab):
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict:
         d = super().to_dict()
-        d.update(never_split=self.never_split, language=self.language, unk=self.unk,
+        d.update(never_split=self.never_split, split_at=self.split_at, language=self.language, unk=self.unk,
                  tokenization="huggingface TransfoXLTokenizer (Moses)")
         return d
 
@@ -175,7 +182,8 @@ class HFVocab(Vocab):
         """Inverse of :meth:`to_dict`."""
         try:
             return cls(d["symbols"], lower_case=d["lower_case"], special=d["special"], delimiter=d["delimiter"],
-                       never_split=d["never_split"], language=d["language"], unk=d["unk"], add_eos=d["add_eos"])
+                       never_split=d["never_split"], language=d["language"], unk=d["unk"], add_eos=d["add_eos"],
+                       split_at=d.get("split_at"))
         except (KeyError, TypeError) as exc:
             raise DataError(f"HuggingFace vocabulary JSON is missing field {exc}") from None
 

@@ -10,11 +10,16 @@ Accepted files (:data:`transformer_xl.checkpoints.hub.VOCAB_NAMES`, looked for i
   code's ``vocab_file`` (lm1b) and HuggingFace's ``vocab_file`` are written; the table must hold ``<unk>`` or
   ``<UNK>``. Its tokenization is HuggingFace's (Moses) when it comes with a HuggingFace model, else the original
   code's (whitespace; lm1b's ``<S>`` markers when the table has them).
+
+:func:`read_hf_word_list` reads a word list as transformers 4.35's ``TransfoXLTokenizer(vocab_file=...)`` (or
+``pretrained_vocab_file=``) does, with that tokenizer's settings.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import List
 
 from .._io import PathLike, check_file, iter_lines, read_json
 from ..errors import DataError
@@ -45,8 +50,8 @@ def _load_json_tokenizer(path: Path) -> Tokenizer:
     raise DataError(f"{path} is neither a transformer-xl vocabulary nor a tokenizers tokenizer.json")
 
 
-def read_symbol_file(path: PathLike, huggingface: bool = False) -> Vocab:
-    """A plain vocabulary file: the first field of each line, in order (see the module docstring)."""
+def read_symbols(path: PathLike) -> List[str]:
+    """The first field of each line of a plain vocabulary file, in order (a blank line is a DataError)."""
     path = check_file(path, "vocabulary file")
     symbols = []
     for lineno, line in enumerate(iter_lines(path), 1):
@@ -56,12 +61,53 @@ def read_symbol_file(path: PathLike, huggingface: bool = False) -> Vocab:
         symbols.append(fields[0])
     if not any(s in symbols for s in UNK_SYMBOLS):
         raise DataError(f"vocabulary file {path} has no <unk> or <UNK> symbol")
+    return symbols
+
+
+def read_hf_word_list(path: PathLike, **settings) -> HFVocab:
+    """A word list read as transformers 4.35's ``TransfoXLTokenizer`` reads its ``vocab_file`` (``_build_from_file``):
+    the first field of each line, a repeated symbol keeping its first id, ``<UNK>`` (else ``<unk>``) the unknown
+    symbol; a pickle (``vocab.pkl``/``vocab.bin``, its ``pretrained_vocab_file``, read without unpickling) gives its
+    symbols and unknown symbol. Either is tokenized with HuggingFace's rules and ``settings`` (the keywords of
+    :class:`HFVocab`: ``lower_case``, ``delimiter``, ``never_split``, ``split_at``, ``language``, ``special``),
+    the pickle's own settings left aside as 4.35's constructor leaves them."""
+    p = check_file(path, "vocabulary file")
+    if looks_like_pickle(p):
+        pickled = read_hf_vocab(p)
+        symbols, unk = list(pickled.idx2sym), pickled.unk
+    else:
+        symbols = list(dict.fromkeys(read_symbols(p)))
+        unk = next(s for s in ("<UNK>", "<unk>") if s in symbols)  # 4.35 looks for <UNK> first
+    return HFVocab(symbols, unk=unk, add_eos=EOS in symbols, **settings)
+
+
+def read_symbol_file(path: PathLike, huggingface: bool = False) -> Vocab:
+    """A plain vocabulary file: the first field of each line, in order (see the module docstring)."""
     if huggingface:
-        unk = next(s for s in UNK_SYMBOLS if s in symbols)
-        return HFVocab(symbols, unk=unk, add_eos=EOS in symbols)
+        return read_hf_word_list(path)
+    path = check_file(path, "vocabulary file")
+    symbols = read_symbols(path)
     double = DOUBLE_EOS in symbols
     vocab = Vocab(vocab_file=path, add_double_eos=double, add_eos=EOS in symbols and not double)
     return vocab.build_vocab()
+
+
+def is_saved_json(path: PathLike) -> bool:
+    """Whether a vocabulary file is JSON (``vocab.json``, ``tokenizer.json``) rather than a pickle or a word list
+    (a word list whose first symbol is ``{`` or ``[`` included: it is JSON only if it parses as JSON)."""
+    p = Path(path)
+    if looks_like_pickle(p):
+        return False
+    if p.suffix == ".json":
+        return True
+    with open(p, "rb") as f:
+        if f.read(64).lstrip()[:1] not in (b"{", b"["):
+            return False
+    try:
+        json.loads(p.read_bytes())
+    except ValueError:
+        return False
+    return True
 
 
 def read_vocab_file(path: PathLike, huggingface: bool = False) -> Tokenizer:
@@ -72,8 +118,7 @@ def read_vocab_file(path: PathLike, huggingface: bool = False) -> Tokenizer:
         raise DataError(f"vocabulary not found: {p}" + (" (a folder: give the file)" if p.is_dir() else ""))
     if looks_like_pickle(p):
         return read_hf_vocab(p)
-    head = p.read_bytes()[:1].lstrip()
-    if p.suffix == ".json" or head in (b"{", b"["):
+    if is_saved_json(p):
         return _load_json_tokenizer(p)
     try:
         return read_symbol_file(p, huggingface)
