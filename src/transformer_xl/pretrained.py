@@ -184,23 +184,45 @@ def push_to_hub(model: TransformerXL, repo_id: str, tokenizer: Optional[Transfor
     ``save_pretrained`` (``config.json``, ``model.safetensors``, ``vocab.json``) and a model card, uploaded
     with ``huggingface_hub.upload_folder``. Returns the commit's URL. The same as
     ``model.save_pretrained(d); tokenizer.save_pretrained(d)`` then ``hf upload REPO_ID d``."""
-    try:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import HfHubHTTPError
-    except ImportError:
-        raise CheckpointError(HUB_HINT) from None
-    api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="txl-push-") as folder:
         model.save_pretrained(folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         (Path(folder) / "README.md").write_text(model_card(model, tokenizer, repo_id), encoding="utf-8")
+        return upload_folder(folder, repo_id, private=private, token=token, revision=revision,
+                             commit_message=commit_message)
+
+
+def _hub_errors() -> tuple:
+    """What a refused, offline or unreachable hub raises: huggingface_hub's errors, OSError (``HF_HUB_OFFLINE``),
+    ValueError (a bad id or revision) and the HTTP client's own errors (httpx's are not OSErrors)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    kinds = [HfHubHTTPError, OSError, ValueError]
+    for module in ("httpx", "httpx2", "requests"):
         try:
-            api.create_repo(repo_id, private=private, exist_ok=True)
-            info = api.upload_folder(repo_id=repo_id, folder_path=folder, revision=revision,
-                                     commit_message=commit_message)
-        except (HfHubHTTPError, OSError, ValueError) as exc:  # refused, offline, unreachable, a bad id or revision
-            raise CheckpointError(f"push_to_hub {repo_id}: {one_line(exc, first=True, limit=300)}") from None
+            client = __import__(module)
+        except ImportError:
+            continue
+        kinds.append(getattr(client, "HTTPError", None) or getattr(client, "RequestException"))
+    return tuple(k for k in kinds if isinstance(k, type))
+
+
+def upload_folder(folder, repo_id: str, *, private: Optional[bool] = None, token=None,
+                  revision: Optional[str] = None, commit_message: str = "Upload transformer-xl model") -> str:
+    """Create the hub repository ``repo_id`` if needed and upload ``folder`` into it; the commit's URL.
+    A hub that refuses, is offline (``HF_HUB_OFFLINE=1``) or cannot be reached is one CheckpointError line."""
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise CheckpointError(HUB_HINT) from None
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
+                                 commit_message=commit_message)
+    except _hub_errors() as exc:  # refused, offline, unreachable, a bad id or revision
+        raise CheckpointError(f"push_to_hub {repo_id}: {one_line(exc, first=True, limit=300)}") from None
     return str(getattr(info, "commit_url", info))
 
 
@@ -218,4 +240,4 @@ def model_card(model: TransformerXL, tokenizer: Optional[TransformerXLTokenizer]
 
 
 __all__ = ["Checkpoint", "FoundCheckpoint", "RunInfo", "find_checkpoint", "model_card", "open_checkpoint",
-           "push_to_hub", "run_lengths"]
+           "push_to_hub", "run_lengths", "upload_folder"]

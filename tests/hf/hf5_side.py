@@ -10,6 +10,9 @@ as JSON for the test to compare. Tasks:
 * ``trainer``: ``txl train --init-from`` and ``MemoryTrainer`` on the same data, step by step; evaluation with and
   without memory on a copying task.
 * ``ddp``: one rank of ``MemoryTrainer`` under ``accelerate launch`` (each rank writes ``OUT.json.RANK``).
+* ``second``: beam search ending on ``<eos>`` with and without the length penalty; what ``generate`` steps
+  through; sampling by hand; the errors a user meets (each as its type, first line and seconds); the plain
+  ``Trainer`` in training and evaluation; ``labels`` one longer than the inputs.
 """
 
 from __future__ import annotations
@@ -232,15 +235,14 @@ def task_trainer(spec: dict) -> dict:
     copier = MemoryTrainer(model=face, args=args, train_dataset=train_set, eval_dataset=eval_set)
     copier.train()
     with_memory = copier.evaluate()["eval_loss"]
-    plain = Trainer(model=face, args=training_args(Path(spec["work"]) / "plain", 8, 1, label_names=["shift_labels"]),
-                    eval_dataset=eval_set)
+    plain = Trainer(model=face, args=training_args(Path(spec["work"]) / "plain", 8, 1), eval_dataset=eval_set)
     out["copy"] = {"with_memory": with_memory, "without_memory": plain.evaluate()["eval_loss"],
                    "again_with_memory": copier.evaluate()["eval_loss"]}
     # 3. the fine-tuned model's validation loss with and without memory (reported, not asserted)
     valid = StreamSegments(load_data(finetune_config(spec)).valid, spec["streams"], spec["tgt_len"])
     trainer.eval_dataset = valid
-    plain_valid = Trainer(model=model, args=training_args(Path(spec["work"]) / "pv", spec["streams"], 1,
-                                                          label_names=["shift_labels"]), eval_dataset=valid)
+    plain_valid = Trainer(model=model, args=training_args(Path(spec["work"]) / "pv", spec["streams"], 1),
+                          eval_dataset=valid)
     out["valid"] = {"with_memory": trainer.evaluate()["eval_loss"],
                     "without_memory": plain_valid.evaluate()["eval_loss"]}
     return out
@@ -267,6 +269,103 @@ def task_ddp(spec: dict, out_path: Path) -> None:
         torch.distributed.destroy_process_group()
 
 
+# ---------------------------------------------------------------------------- second pass
+def caught(fn) -> dict:
+    """What ``fn()`` raised, as a user sees it: the type, the message's lines, the seconds it took."""
+    import time
+
+    start = time.perf_counter()
+    try:
+        fn()
+    except Exception as exc:  # reported to the test, which judges it
+        return {"type": type(exc).__name__, "lines": str(exc).splitlines(), "seconds": time.perf_counter() - start}
+    return {"type": None, "lines": [], "seconds": time.perf_counter() - start}
+
+
+def beam_ending_on_eos(spec: dict) -> dict:
+    model = TransfoXLLMHeadModel.from_pretrained(spec["eos_folder"])
+    prompt = torch.tensor([spec["eos_prompt"]])
+    out = {}
+    for penalty in (1.0, 0.0):
+        got = model.generate(prompt, max_new_tokens=8, num_beams=3, do_sample=False, num_return_sequences=2,
+                             length_penalty=penalty, output_scores=True, return_dict_in_generate=True)
+        out[str(penalty)] = {"sequences": listed(got.sequences[:, prompt.size(1):]),
+                             "scores": listed(got.sequences_scores)}
+    return out
+
+
+def generation_steps(spec: dict) -> dict:
+    """The kinds of memory ``forward`` is given inside ``generate``, and sampling against sampling by hand."""
+    model = TransfoXLLMHeadModel.from_pretrained(spec["path"])
+    prompt = torch.tensor([spec["prompt"]])
+    kinds = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: kinds.append(type(kwargs.get("mems")).__name__),
+                                           with_kwargs=True)
+    model.generate(prompt, max_new_tokens=5, do_sample=False)
+    hook.remove()
+    torch.manual_seed(11)
+    sampled = listed(model.generate(prompt, max_new_tokens=20, do_sample=True, top_k=0, top_p=1.0,
+                                    temperature=1.0)[0, prompt.size(1):])
+    torch.manual_seed(11)
+    by_hand = []
+    with torch.no_grad():
+        step = model(input_ids=prompt)
+        for _ in range(20):
+            by_hand.append(int(torch.multinomial(step.logits[0, -1].exp(), 1)))
+            step = model(input_ids=torch.tensor([[by_hand[-1]]]), mems=step.mems)
+    return {"kinds": kinds, "sampled": sampled, "sampled_by_hand": by_hand}
+
+
+def user_errors(spec: dict) -> dict:
+    from transformers import DynamicCache
+
+    model = TransfoXLLMHeadModel.from_pretrained(spec["path"])
+    ids = torch.tensor([spec["prompt"]])
+    out = model(input_ids=ids)
+    missing = str(Path(spec["work"]) / "runs" / "fnal")
+    return {
+        "auto_typo": caught(lambda: AutoModelForCausalLM.from_pretrained(missing)),
+        "auto_typo_relative": caught(lambda: AutoModelForCausalLM.from_pretrained("runs/fnal")),
+        "face_typo": caught(lambda: TransfoXLLMHeadModel.from_pretrained(missing)),
+        "past_key_values": caught(lambda: out.past_key_values),
+        "cache": caught(lambda: out.cache),
+        "generate_cache": caught(lambda: model.generate(ids, max_new_tokens=2, past_key_values=DynamicCache())),
+        "resize": caught(lambda: model.resize_token_embeddings(3000)),
+        "push_to_hub": caught(lambda: model.push_to_hub("someone/some-model")),
+    }
+
+
+def plain_trainer(spec: dict) -> dict:
+    """A plain ``Trainer``: training refused in one line unless asked for; evaluation is the loss without memory."""
+    from transformer_xl.model import TransformerXL, TransformerXLConfig
+
+    torch.set_num_threads(1)
+    c = spec["copy"]
+    net = TransformerXL(TransformerXLConfig(n_token=c["vocab"], n_layer=2, n_head=2, d_model=32, d_head=16,
+                                            d_inner=64, tgt_len=c["period"], mem_len=c["period"], dropout=0.0))
+    face = TransfoXLLMHeadModel.from_txl(net).train()
+    data = StreamSegments(copy_task(2, 4, 6, c["period"], 4, c["vocab"]), 4, c["period"])
+    work = Path(spec["work"])
+    refused = caught(lambda: Trainer(model=face, args=training_args(work / "t1", 4, 3), train_dataset=data).train())
+    evaluated = Trainer(model=face.eval(), args=training_args(work / "t2", 4, 1), eval_dataset=data).evaluate()
+    with torch.no_grad():  # by hand: each segment from a fresh memory, the mean over segments
+        losses = [float(face(**{k: v[None] for k, v in data[k].items()}).loss) for k in range(len(data))]
+    face.train_without_memory = True
+    trained = Trainer(model=face.train(), args=training_args(work / "t3", 4, 3), train_dataset=data).train()
+    item = data[0]
+    with torch.no_grad():
+        longer = face.eval()(input_ids=item["input_ids"][None], labels=item["labels"][None])
+        shifted = face(input_ids=item["input_ids"][None], shift_labels=item["labels"][None, 1:])
+    return {"refused": refused, "eval_loss": evaluated.get("eval_loss"), "by_hand": sum(losses) / len(losses),
+            "trained_steps": trained.global_step, "item_keys": sorted(item),
+            "longer_labels": {"shape": list(longer.losses.shape), "same": torch.equal(longer.losses, shifted.losses)}}
+
+
+def task_second(spec: dict) -> dict:
+    return {"beam_eos": beam_ending_on_eos(spec), "steps": generation_steps(spec), "errors": user_errors(spec),
+            "trainer": plain_trainer(spec)}
+
+
 def main(argv) -> None:
     task, spec_path, out_path = argv
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
@@ -276,7 +375,7 @@ def main(argv) -> None:
         # aborts ("terminate called without an active exception"), which would fail the launch after the work
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)
-    result = {"judge": task_judge, "padding": task_padding, "trainer": task_trainer}[task](spec)
+    result = {"judge": task_judge, "padding": task_padding, "trainer": task_trainer, "second": task_second}[task](spec)
     Path(out_path).write_text(json.dumps(result), encoding="utf-8")
 
 

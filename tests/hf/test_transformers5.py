@@ -315,3 +315,115 @@ def test_the_environment_is_transformers_5(hf5):
     done = run_hf5(hf5, ["-c", "import transformers, transformer_xl.hf; print(transformers.__version__)"],
                    REPO, hf5_env())
     assert int(done.stdout.strip().split(".")[0]) >= 5
+
+
+# ---------------------------------------------------------------------------- second pass: beams, errors, Trainer
+def eos_model():
+    """A model whose output bias favours ``<eos>`` (id 0) and token 5: after the test's prompt of 20 tokens,
+    ``<eos>`` has probability 0.69 and a run of 5s about 0.72 per token, so a beam that ends at once and one that
+    goes on compete, and the length rule decides."""
+    hf = hf_model(dict(mem_len=6), seed=5)
+    with torch.no_grad():
+        bias = hf.crit.out_layers[0].bias
+        bias.zero_()
+        bias[0], bias[5] = 7.6, 8.0
+    return hf
+
+
+def sum_log_probs(judge, prompt, tokens) -> float:
+    """4.35.2's own log-probability of ``tokens`` after ``prompt``, stepped as its ``generate`` steps."""
+    total = 0.0
+    with torch.no_grad():
+        out = judge(torch.tensor([prompt]))
+        for t in tokens:
+            total += float(out.prediction_scores[0, -1, t])
+            out = judge(torch.tensor([[t]]), mems=out.mems)
+    return total
+
+
+def generated(tokens):
+    """The new tokens up to and including the first ``<eos>`` (0; what follows is padding)."""
+    return tokens[:tokens.index(0) + 1] if 0 in tokens else tokens
+
+
+@pytest.fixture(scope="module")
+def second(material, hf5, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("second")
+    judge = eos_model()
+    save_hf(judge, root / "eos", "safetensors")
+    prompt = torch.randint(1, 300, (20,), generator=torch.Generator().manual_seed(5)).tolist()
+    refs = {}
+    for penalty in (1.0, 0.0):
+        got = quiet(judge.generate, torch.tensor([prompt]), max_new_tokens=8, num_beams=3, do_sample=False,
+                    num_return_sequences=2, length_penalty=penalty, output_scores=True, return_dict_in_generate=True,
+                    pad_token_id=0, eos_token_id=0)
+        refs[str(penalty)] = {"sequences": got.sequences[:, len(prompt):].tolist(),
+                              "scores": got.sequences_scores.tolist()}
+    folder = material.folders["wt103-safetensors"]
+    spec = {"eos_folder": str(root / "eos"), "eos_prompt": prompt, "path": folder["path"], "prompt": folder["prompt"],
+            "work": str(root / "work"), "copy": {"vocab": 16, "period": 8}}
+    got = side(hf5, "second", spec, root / "work", HF_HUB_CACHE=str(material.cache))
+    return {"judge": judge, "prompt": prompt, "refs": refs, "got": got}
+
+
+def test_beam_search_ending_on_eos_follows_transformers_5s_length_rule(second):
+    """Beams that reach ``<eos>``: with ``length_penalty=0.0`` the face gives 4.35.2's tokens and scores; with the
+    default 1.0 they differ, because 4.35.2 divided a finished beam's log-probability by its length with the prompt
+    and transformers 5 divides by the new tokens alone (docs/TRANSFORMERS.md). Both rules are checked against
+    4.35.2's own log-probabilities of the sequences each returned."""
+    refs, got, judge, prompt = second["refs"], second["got"]["beam_eos"], second["judge"], second["prompt"]
+    assert got["0.0"]["sequences"] == refs["0.0"]["sequences"]
+    assert worst(got["0.0"]["scores"], refs["0.0"]["scores"]) < TOL
+    assert got["1.0"]["sequences"] != refs["1.0"]["sequences"]
+    assert refs["1.0"]["sequences"][0] == [0] + [0] * 7  # 4.35.2 ends at once
+    page = (REPO / "docs" / "TRANSFORMERS.md").read_text(encoding="utf-8")
+    assert "length_penalty=0.0" in page and "the prompt counted" in page  # the difference is documented
+    for seq, score in zip(got["1.0"]["sequences"], got["1.0"]["scores"]):
+        new = generated(seq)
+        assert abs(sum_log_probs(judge, prompt, new) / len(new) - score) < TOL
+    for seq, score in zip(refs["1.0"]["sequences"], refs["1.0"]["scores"]):
+        new = generated(seq)
+        length = len(prompt) + len(new) - (1 if new[-1] == 0 else 0)  # the prompt counted, the <eos> not
+        assert abs(sum_log_probs(judge, prompt, new) / length - score) < TOL
+
+
+def test_generate_steps_through_the_decoding_cache(second):
+    """Every step of ``generate`` reads the projected keys and values of a decoding cache (not the memory's states,
+    projected again); sampling gives the tokens of sampling by hand over the plain memory, seed for seed."""
+    steps = second["got"]["steps"]
+    assert steps["kinds"] == ["DecodingCache"] * 5
+    assert steps["sampled"] == steps["sampled_by_hand"] and len(set(steps["sampled"])) > 3
+
+
+def one_line(report: dict, kind: str, *words: str) -> None:
+    assert report["type"] == kind, report
+    assert len(report["lines"]) == 1, report
+    assert all(w in report["lines"][0] for w in words), report
+
+
+def test_errors_through_the_face_are_one_line_that_says_what_to_do(second):
+    errors = second["got"]["errors"]
+    one_line(errors["past_key_values"], "AttributeError", "out.mems", "mems=out.mems")
+    one_line(errors["cache"], "AttributeError", "out.mems")
+    one_line(errors["generate_cache"], "ValueError", "past_key_values", "mems=out.mems")
+    one_line(errors["resize"], "NotImplementedError", "resize_token_embeddings", "adaptive")
+    one_line(errors["push_to_hub"], "CheckpointError", "push_to_hub someone/some-model")
+    assert errors["push_to_hub"]["seconds"] < 10
+    one_line(errors["face_typo"], "CheckpointError", "fnal")
+    # transformers itself answers for the Auto classes before the face is called: with HF_HUB_OFFLINE=1 (as
+    # docs/TRANSFORMERS.md says) the answer is quick; for a path that could be a hub id ("runs/fnal") it names
+    # the hub, not the folder
+    for name, words in (("auto_typo", "fnal"), ("auto_typo_relative", "huggingface.co")):
+        report = errors[name]
+        assert report["type"] == "OSError" and report["seconds"] < 10, report
+        assert words in " ".join(report["lines"]), report
+
+
+def test_a_plain_trainer_is_refused_in_training_and_evaluates_without_memory(second):
+    trainer = second["got"]["trainer"]
+    one_line(trainer["refused"], "ValueError", "MemoryTrainer", "train_without_memory")
+    assert trainer["eval_loss"] is not None  # no label_names needed: StreamSegments gives "labels"
+    assert abs(trainer["eval_loss"] - trainer["by_hand"]) < 1e-5  # each segment from a fresh memory
+    assert trainer["trained_steps"] == 3  # asked for with model.train_without_memory = True
+    assert trainer["item_keys"] == ["input_ids", "labels"]
+    assert trainer["longer_labels"] == {"shape": [1, 8], "same": True}  # labels [L+1]: every position predicts

@@ -12,9 +12,11 @@ this class does it for :class:`~transformer_xl.hf.TransfoXLLMHeadModel`, as ``tx
   ``per_device_*_batch_size * W == S``, process ``r`` reads streams ``r*S/W .. (r+1)*S/W - 1`` of every segment,
   as ``txl train``'s ranks do, and keeps their memory.
 
-The loss is the mean over each batch's tokens (``shift_labels``: every position predicts the next token, as in
-``txl train``). With the same model, data, optimiser and schedule (:func:`txl_optimizers` builds ``txl train``'s),
-the losses are those of ``txl train``.
+The loss is the mean over each batch's tokens (every position predicts the next token, as in ``txl train``).
+A plain ``Trainer`` gives no memory: its training is refused in one line by the model (unless
+``model.train_without_memory``), and its ``evaluate()`` is the loss without memory, each segment from a fresh
+start. With the same model, data, optimiser and schedule (:func:`txl_optimizers` builds ``txl train``'s), the
+losses are those of ``txl train``.
 Resuming from a ``Trainer`` checkpoint starts the memory fresh.
 """
 
@@ -37,8 +39,9 @@ class StreamSegments(torch.utils.data.Dataset):
 
     The ids ``[N]`` become ``streams`` rows of ``n = N // streams`` tokens (``ids[:n*streams].view(streams, n)``,
     as :class:`~transformer_xl.data.LMOrderedIterator` cuts them). Item ``k`` is segment ``k // streams`` of
-    stream ``k % streams``: ``{"input_ids": [tgt_len], "shift_labels": [tgt_len]}``, the labels being the tokens
-    that follow the inputs. Only whole segments are kept (``(n - 1) // tgt_len`` of them).
+    stream ``k % streams``: ``{"input_ids": [tgt_len], "labels": [tgt_len + 1]}``, the labels being the inputs and
+    the token after them (shifted inside the model, every input position gets a target; ``labels`` is the name
+    transformers' ``Trainer`` looks for). Only whole segments are kept (``(n - 1) // tgt_len`` of them).
     """
 
     def __init__(self, ids, streams: int, tgt_len: int):
@@ -70,7 +73,7 @@ class StreamSegments(torch.utils.data.Dataset):
         segment, stream = divmod(int(k), self.streams)
         start = segment * self.tgt_len
         row = self.data[stream]
-        return {"input_ids": row[start:start + self.tgt_len], "shift_labels": row[start + 1:start + 1 + self.tgt_len]}
+        return {"input_ids": row[start:start + self.tgt_len], "labels": row[start:start + 1 + self.tgt_len]}
 
 
 def txl_optimizers(model, train: TrainConfig) -> Tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:

@@ -7,14 +7,17 @@ translates transformers' conventions at its edge; the maths, the memory and the 
 Conventions kept from transformers 4.35's ``TransfoXLLMHeadModel`` (so that code written for it runs unchanged):
 
 * ``labels`` are shifted inside the model (``labels=input_ids`` works): ``losses [B, L-1]`` per token, ``loss``
-  their mean over labels that are not -100. ``shift_labels [B, L]`` (transformers 5's name for targets that are
-  already the next tokens) gives ``losses [B, L]`` instead: every position predicts, as in ``txl train``.
+  their mean over labels that are not -100. ``labels [B, L+1]`` (the inputs and the token after them) or
+  ``shift_labels [B, L]`` (transformers 5's name for targets that are already the next tokens) give
+  ``losses [B, L]`` instead: every position predicts, as in ``txl train``.
 * ``logits [B, L, V]`` are log-probabilities (the adaptive softmax's output), as 4.35's ``prediction_scores``; with
   labels they are not computed (as there).
 * ``mems``: n_layer x ``[M, B, d_model]`` (length first, as 4.35's). ``mems=None`` starts fresh: ``mem_len`` zero
   states for HuggingFace's models (``mem_init="zeros"``), nothing for this package's runs.
 * ``generate`` carries the memory: the prompt is one segment, then each new token is a segment of its own with
-  the last ``mem_len`` states as memory (4.35's ``prepare_inputs_for_generation``); beam search reorders it.
+  the last ``mem_len`` states as memory (4.35's ``prepare_inputs_for_generation``). The steps read the memory's
+  projected keys and values from a :class:`~transformer_xl.model.kv_cache.DecodingCache` instead of projecting
+  it again at every token (O(d^2 + M d) per token instead of O(M d^2)); beam search reorders its rows.
 
 ``attention_mask [B, T]`` (0 = padding) is accepted: its last ``L`` columns hide padded inputs as keys; when it is
 longer than the inputs (as ``generate`` grows it: one column per token so far) the columns before the inputs say
@@ -29,6 +32,7 @@ with transformers 4.35's names and tail-cluster order), which transformers 5 wit
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -43,6 +47,8 @@ from ..checkpoints.layouts import PREFIX, export_state_dict, prepare_state_dict
 from ..files import atomic_write
 from ..labels import IGNORE_INDEX
 from ..model import RunLengths, TransformerXL, TransformerXLBackbone
+from ..model.kv_cache import PAD, DecodingCache
+from ..pretrained import upload_folder
 from .configuration import TransfoXLConfig
 
 WEIGHTS_FILE = "model.safetensors"
@@ -77,6 +83,9 @@ class TransfoXLLMHeadModelOutput(ModelOutput):
         """transformers 4.35's name of ``logits``."""
         return self.logits
 
+    past_key_values = property(lambda self: no_cache_field("past_key_values"))
+    cache = property(lambda self: no_cache_field("cache"))
+
 
 @dataclass
 class TransfoXLModelOutput(ModelOutput):
@@ -88,8 +97,20 @@ class TransfoXLModelOutput(ModelOutput):
     hidden_states: Optional[Tuple[Tensor, ...]] = None
     attentions: Optional[Tuple[Tensor, ...]] = None
 
+    past_key_values = property(lambda self: no_cache_field("past_key_values"))
+    cache = property(lambda self: no_cache_field("cache"))
+
 
 # ---------------------------------------------------------------------------- conventions at the edge
+NO_CACHE = ("this model's state is its memory, out.mems (each layer's states, n_layer x [M, B, d_model]), not "
+            "keys and values: pass mems=out.mems to the next call or to generate")
+
+
+def no_cache_field(name: str):
+    """``out.past_key_values`` / ``out.cache``: one AttributeError line saying where the state is."""
+    raise AttributeError(f"{name}: {NO_CACHE}")
+
+
 def to_model_mems(mems: Optional[Sequence[Tensor]]) -> Optional[List[Tensor]]:
     """transformers' ``[M, B, d]`` per layer -> the model's ``[B, M, d]`` (views)."""
     return None if mems is None else [m.transpose(0, 1) for m in mems]
@@ -133,8 +154,8 @@ def check_forward_args(inputs_embeds, head_mask, output_attentions, extra: Dict[
     if output_attentions:
         raise ValueError("output_attentions: not supported; the attention back-ends do not keep the weights")
     for name, value in extra.items():
-        if name in ("past_key_values", "cache") and value is not None:
-            raise ValueError(f"{name}: this model's state is its memory; pass mems (out.mems of the previous call)")
+        if name in ("past_key_values", "cache", "cache_params") and value is not None:
+            raise ValueError(f"{name}: {NO_CACHE}")
         if name not in IGNORED_FORWARD_ARGS and value is not None and value is not False:
             raise TypeError(f"forward() got an unexpected argument {name!r}")
 
@@ -288,6 +309,19 @@ class TransfoXLPreTrainedModel(PreTrainedModel):
         if self.can_generate():
             self.generation_config.save_pretrained(directory)
 
+    def push_to_hub(self, repo_id: str, commit_message: Optional[str] = None, private: Optional[bool] = None,
+                    token=None, revision: Optional[str] = None, **kwargs) -> str:
+        """Upload what :meth:`save_pretrained` writes as the hub repository ``repo_id`` (created if needed); the
+        commit's URL. A hub that refuses, is offline (``HF_HUB_OFFLINE=1``) or cannot be reached is one
+        CheckpointError line; transformers' other options (pull requests, sharding, tags) are refused in one."""
+        unsupported = sorted(k for k, v in kwargs.items() if v not in (None, False))
+        if unsupported:
+            raise TypeError(f"push_to_hub: not supported by this model: {', '.join(unsupported)}")
+        with tempfile.TemporaryDirectory(prefix="txl-push-") as folder:
+            self.save_pretrained(folder)
+            return upload_folder(folder, repo_id, private=private, token=token, revision=revision,
+                                 commit_message=commit_message or "Upload transformer-xl model (transfo-xl)")
+
     def _load_hf_layout(self, module, state_dict, prefix, *args) -> None:
         """``load_state_dict`` of the weights :meth:`save_pretrained` wrote (HuggingFace's layout, as ``Trainer``
         reads a checkpoint to resume from): mapped in place to this face's names first
@@ -335,6 +369,8 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
 
     txl_class = TransformerXL
     _is_stateful = True  # the memory cannot be cut back to an earlier length (no assisted decoding)
+    #: True: training batches may start from a fresh memory every time (a plain ``Trainer``); see :meth:`forward`
+    train_without_memory = False
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -344,50 +380,129 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return None  # the adaptive softmax has no single output matrix to resize or tie
 
-    def forward(self, input_ids: Optional[Tensor] = None, mems: Optional[List[Tensor]] = None,
-                attention_mask: Optional[Tensor] = None, labels: Optional[Tensor] = None,
-                shift_labels: Optional[Tensor] = None, inputs_embeds: Optional[Tensor] = None,
+    def forward(self, input_ids: Optional[Tensor] = None, mems=None, attention_mask: Optional[Tensor] = None,
+                labels: Optional[Tensor] = None, inputs_embeds: Optional[Tensor] = None,
                 head_mask: Optional[Tensor] = None, output_attentions: Optional[bool] = None,
                 output_hidden_states: Optional[bool] = None, return_dict: Optional[bool] = None, **kwargs):
         """Language-model forward pass.
 
         Args:
             input_ids: ``[B, L]`` token ids.
-            mems: n_layer x ``[M, B, d_model]``, ``out.mems`` of the previous call; None starts fresh.
+            mems: n_layer x ``[M, B, d_model]``, ``out.mems`` of the previous call; None starts fresh. (Inside
+                ``generate``: a :class:`~transformer_xl.model.kv_cache.DecodingCache`, extended in place.)
             attention_mask: ``[B, T]``, 0 on padding, ``T >= L`` (module docstring).
-            labels: ``[B, L]``, shifted inside (``labels=input_ids``); -100 is ignored. ``losses [B, L-1]``.
-            shift_labels: ``[B, L]`` next-token targets (not shifted); ``losses [B, L]``.
+            labels: shifted inside, -100 ignored: ``[B, L]`` (``labels=input_ids``) gives ``losses [B, L-1]``;
+                ``[B, L+1]`` (the inputs and the token after them, as :class:`StreamSegments` gives) gives
+                ``losses [B, L]``, every position predicting.
+            shift_labels (keyword): ``[B, L]`` next-token targets (not shifted); ``losses [B, L]``.
         Returns:
             :class:`TransfoXLLMHeadModelOutput` (a tuple with ``return_dict=False``).
+
+        Training from a fresh memory twice in a row (no ``mems``, as transformers' plain ``Trainer`` calls it) is
+        refused in one line naming :class:`~transformer_xl.hf.MemoryTrainer`, unless ``train_without_memory``.
         """
+        shift_labels = kwargs.pop("shift_labels", None)
         check_forward_args(inputs_embeds, head_mask, output_attentions, kwargs)
         if input_ids is None:
             raise ValueError("input_ids: required ([B, L] token ids)")
-        if labels is not None and shift_labels is not None:
-            raise ValueError("labels, shift_labels: give one (labels are shifted inside, shift_labels are not)")
-        targets = shift_labels
-        if labels is not None:  # position t predicts labels[t + 1]; the last position predicts nothing
-            targets = torch.cat([labels[:, 1:], labels.new_full((labels.size(0), 1), IGNORE_INDEX)], dim=1)
+        if isinstance(mems, DecodingCache):
+            return self._cached_forward(input_ids, mems, attention_mask, return_dict)
+        targets = self._targets(input_ids, labels, shift_labels)
+        self._check_memory_in_training(mems, targets)
         mlen = 0 if mems is None else mems[0].size(0)
         padding, mems_mask = padding_masks(attention_mask, input_ids.size(1), mlen)
         out = self.transformer(input_ids, labels=targets, mems=to_model_mems(mems), mems_mask=mems_mask,
                                padding_mask=padding, return_log_probs=targets is None,
                                output_hidden_states=bool(output_hidden_states))
         losses = out.losses
-        if labels is not None:
+        if labels is not None and labels.size(1) == input_ids.size(1):
             losses = losses[:, :-1]  # [B, L-1], as transformers 4.35
         result = TransfoXLLMHeadModelOutput(
             loss=out.loss, logits=out.log_probs, losses=losses, mems=from_model_mems(out.mems),
             hidden_states=tuple(out.all_hidden_states) if output_hidden_states else None)
         return result if return_dict is not False else result.to_tuple()
 
+    @staticmethod
+    def _targets(input_ids: Tensor, labels: Optional[Tensor], shift_labels: Optional[Tensor]) -> Optional[Tensor]:
+        """The next-token target of every position, ``[B, L]`` (-100: none), from ``labels`` or ``shift_labels``."""
+        if labels is not None and shift_labels is not None:
+            raise ValueError("labels, shift_labels: give one (labels are shifted inside, shift_labels are not)")
+        if labels is None:
+            return shift_labels
+        length = input_ids.size(1)
+        if labels.dim() != 2 or labels.size(1) not in (length, length + 1):
+            raise ValueError(f"labels: expected [B, {length}] (the inputs) or [B, {length + 1}] (the inputs and the "
+                             f"token after them), got shape {list(labels.shape)}")
+        if labels.size(1) == length + 1:
+            return labels[:, 1:]
+        # position t predicts labels[t + 1]; the last position predicts nothing
+        return torch.cat([labels[:, 1:], labels.new_full((labels.size(0), 1), IGNORE_INDEX)], dim=1)
+
+    def _check_memory_in_training(self, mems, targets: Optional[Tensor]) -> None:
+        """Count training steps that start from a fresh memory; the second in a row is a memory dropped."""
+        if not (self.training and targets is not None and torch.is_grad_enabled()):
+            return
+        fresh = getattr(self, "_fresh_steps", 0) + 1 if mems is None else 0
+        self._fresh_steps = fresh
+        if fresh >= 2 and self.transformer.mem_len > 0 and not self.train_without_memory:
+            self._fresh_steps = 0
+            raise ValueError(
+                "training without memory: two training batches in a row came without mems (transformers' plain "
+                "Trainer passes none and shuffles segments); use transformer_xl.hf.MemoryTrainer, or pass "
+                "mems=out.mems of the batch before, or set model.train_without_memory = True to train each batch "
+                "from a fresh memory")
+
     # ------------------------------------------------------------------ generation
-    def prepare_inputs_for_generation(self, input_ids: Tensor, mems: Optional[List[Tensor]] = None,
-                                      attention_mask: Optional[Tensor] = None, txl_prompt_read: bool = False,
-                                      **kwargs) -> dict:
+    def _cached_forward(self, input_ids: Tensor, cache: DecodingCache, attention_mask: Optional[Tensor],
+                        return_dict: Optional[bool]):
+        """``generate``'s step: the new tokens ``[B, n]`` through the decoding cache (their projected keys and
+        values kept, the earlier ones read, not recomputed); ``logits [B, 1, V]`` of the last position only."""
+        padding = None
+        if attention_mask is not None:
+            padding = attention_mask[:, -input_ids.size(1):] == 0  # [B, n]
+            padding = padding if bool(padding.any()) else None
+        with torch.no_grad():
+            hidden = self.transformer.cached_transformer(input_ids, cache, padding)  # [B, n, d]
+            if cache.prompt_end is not None and bool((cache.prompt_end == PAD).all()):
+                cache.end_prompt()  # that was the prompt: every later token is a segment of its own
+            log_probs = self.transformer.crit.log_probs(hidden[:, -1])  # [B, V]
+        result = TransfoXLLMHeadModelOutput(logits=log_probs[:, None], mems=cache)
+        return result if return_dict is not False else result.to_tuple()
+
+    def _new_cache(self, input_ids: Tensor, mems: Optional[List[Tensor]],
+                   attention_mask: Optional[Tensor]) -> DecodingCache:
+        """A decoding cache for ``generate``'s rows ``[B, P]``: the prompt will be one segment and every new token
+        a segment of its own (``sliding``, as 4.35's ``generate``), on top of ``mems`` when given."""
+        model = self.transformer
+        if mems is None:
+            return DecodingCache(model, input_ids.size(0), decoding="sliding")
+        if mems[0].size(1) != input_ids.size(0):  # generate's beams (or num_return_sequences) expand the rows
+            copies = input_ids.size(0) // mems[0].size(1)
+            mems = [m.repeat_interleave(copies, dim=1) for m in mems]
+        _, mems_mask = padding_masks(attention_mask, input_ids.size(1), mems[0].size(0))
+        return DecodingCache(model, input_ids.size(0), decoding="sliding", mems=to_model_mems(mems),
+                             mems_mask=mems_mask)
+
+    def generate(self, inputs: Optional[Tensor] = None, *args, **kwargs):
+        """transformers' ``generate``, with the memory carried (module docstring): greedy, sampling and beam
+        search read each step's keys and values from a decoding cache (``mems=out.mems`` continues from a
+        memory). ``past_key_values``/``cache`` are refused in one line: the state is ``mems``."""
+        for name in ("past_key_values", "cache", "cache_params"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"generate(..., {name}=...): {NO_CACHE}")
+        return super().generate(inputs, *args, **kwargs)
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, mems=None, attention_mask: Optional[Tensor] = None,
+                                      txl_prompt_read: bool = False, **kwargs) -> dict:
         """The prompt ``[B, P]`` as one segment (with ``mems`` when ``generate`` was given some), then only the
-        newest token ``[B, 1]`` with the memory of the step before (``txl_prompt_read``: set once the prompt was
-        read)."""
+        newest token ``[B, 1]``. With the relative attention (``attn_type`` 0) the steps go through a
+        :class:`~transformer_xl.model.kv_cache.DecodingCache` carried as ``mems``; otherwise through the memory
+        of the step before (``txl_prompt_read``: set once the prompt was read)."""
+        if isinstance(mems, DecodingCache):
+            return {"input_ids": input_ids[:, -1:], "mems": mems, "attention_mask": attention_mask}
+        if self.transformer.config.attn_type == 0 and not txl_prompt_read:
+            cache = self._new_cache(input_ids, mems, attention_mask)
+            return {"input_ids": input_ids, "mems": cache, "attention_mask": attention_mask}
         if txl_prompt_read:
             input_ids = input_ids[:, -1:]
         elif mems is not None and mems[0].size(1) != input_ids.size(0):  # generate's beams expand the rows
@@ -397,16 +512,27 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
 
     def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict,
                                             is_encoder_decoder: bool = False, num_new_tokens: int = 1) -> dict:
-        """Carry ``outputs.mems`` to the next step (then transformers grows ``attention_mask``)."""
+        """Carry ``outputs.mems`` (the memory, or the decoding cache) to the next step (then transformers grows
+        ``attention_mask``)."""
         model_kwargs["mems"] = outputs.mems
         model_kwargs["txl_prompt_read"] = True
         return super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder,
                                                            num_new_tokens)
 
     @staticmethod
-    def _reorder_cache(mems: List[Tensor], beam_idx: Tensor) -> List[Tensor]:
-        """Beam search: the memory rows of the beams that go on (``[M, B, d]`` per layer, rows ``beam_idx``)."""
+    def _reorder_cache(mems, beam_idx: Tensor):
+        """Beam search: the rows of the beams that go on (a decoding cache's rows, or ``[M, B, d]`` per layer)."""
+        if isinstance(mems, DecodingCache):
+            mems.select_rows(beam_idx)
+            return mems
         return [m.index_select(1, beam_idx.to(m.device)) for m in mems]
+
+    # ------------------------------------------------------------------ what the adaptive softmax cannot do
+    def resize_token_embeddings(self, *args, **kwargs):
+        raise NotImplementedError(
+            "resize_token_embeddings: not supported; the adaptive input and softmax split the vocabulary into "
+            "frequency clusters (cutoffs) with their own sizes, so there is no single embedding matrix to grow: "
+            "train a model on the new vocabulary (txl train) instead")
 
 
 __all__ = ["TransfoXLLMHeadModel", "TransfoXLLMHeadModelOutput", "TransfoXLModel", "TransfoXLModelOutput",

@@ -79,6 +79,13 @@ class KVBuffer:
         """The first ``n`` rows only (a view of the buffer)."""
         self.data = self.data[:n]
 
+    def select_rows(self, rows: Tensor) -> None:
+        """The rows ``rows [B']`` of the live part, in that order (a new buffer of the same capacity)."""
+        live = self.tensor.index_select(0, rows)  # [B', H, T, D]
+        self.data = self.data.new_empty(rows.numel(), *self.data.shape[1:])
+        self.data[:, :, :live.size(2)] = live
+        self.start, self.end = 0, live.size(2)
+
     def reorder(self, order: Tensor) -> Tensor:
         """Put each row's positions in the order ``order [B, T]`` (in place)."""
         live = self.tensor
@@ -268,6 +275,18 @@ class DecodingCache:
         if self.prompt_end is not None:
             self.prompt_end = self.prompt_end[:n]
         self.batch_size = n
+
+    def select_rows(self, rows: Tensor) -> None:
+        """Keep the rows ``rows [B']`` (indices into the batch, repeats allowed), in that order: beam search keeps
+        the rows of the beams that go on."""
+        rows = rows.to(self.device)
+        for buf in self.keys + self.values:
+            buf.select_rows(rows)
+        self.index, self.count = self.index.index_select(0, rows), self.count.index_select(0, rows)
+        self.episode_first = self.episode_first.index_select(0, rows)
+        if self.prompt_end is not None:
+            self.prompt_end = self.prompt_end.index_select(0, rows)
+        self.batch_size = rows.numel()
 
     def __len__(self) -> int:
         """Number of cached key positions (memory plus current segment, padding included)."""
