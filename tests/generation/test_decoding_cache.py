@@ -184,3 +184,30 @@ def test_end_prompt_starts_one_segment_per_token_only_when_sliding():
     segment = DecodingCache(model, 1, decoding="segment")
     segment.end_prompt()
     assert segment.prompt_end is None
+
+
+@pytest.mark.parametrize("rows_kept", [[2, 0, 2], [1, 1], [0, 1, 2], [2, 1, 0]], ids=str)
+def test_selected_rows_go_on_as_those_rows_alone(rows_kept):
+    """``select_rows`` (beam search keeping its best beams, rows repeated or reordered, as many rows or fewer): the
+    rows kept give, at every later token, the log-probabilities of those rows decoded alone."""
+    model = tiny_model(seed=6, tgt_len=4, mem_len=5, mem_init="zeros")
+    rows = [random_tokens(n, seed=20 + n).tolist() for n in (3, 7, 5)]
+    forced = random_tokens(len(rows_kept), 4, seed=3)
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    pad = torch.ones(len(rows), width, dtype=torch.bool)
+    for b, row in enumerate(rows):
+        ids[b, width - len(row):], pad[b, width - len(row):] = torch.tensor(row), False
+    cache = DecodingCache(model, len(rows), decoding="sliding")
+    with torch.no_grad():
+        cache.extend(ids, pad)
+        cache.end_prompt()
+        cache.select_rows(torch.tensor(rows_kept))
+        got = torch.stack([model.crit.log_probs(cache.extend(forced[:, t:t + 1])[:, -1]) for t in range(4)], 1)
+    for b, kept in enumerate(rows_kept):
+        decoder = SegmentDecoder(model, torch.device("cpu"), sliding=True)
+        with torch.no_grad():
+            decoder.feed(rows[kept])
+            alone = torch.stack([decoder.feed([t]) for t in forced[b].tolist()])
+        torch.testing.assert_close(got[b], alone, rtol=1e-5, atol=1e-5)
+    assert cache.batch_size == len(rows_kept) and len(cache.index) == len(rows_kept)

@@ -80,7 +80,14 @@ class KVBuffer:
         self.data = self.data[:n]
 
     def select_rows(self, rows: Tensor) -> None:
-        """The rows ``rows [B']`` of the live part, in that order (a new buffer of the same capacity)."""
+        """The rows ``rows [B']`` of the live part, in that order. As many rows as before (beam search): only the
+        rows that change are copied, in place; otherwise a new buffer of the same capacity."""
+        if rows.numel() == self.data.size(0):
+            changed = (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().flatten()  # [C]
+            if changed.numel():
+                live = self.tensor  # a view of the buffer: the assignment writes into it
+                live[changed] = live.index_select(0, rows[changed])  # sources read before any row is written
+            return
         live = self.tensor.index_select(0, rows)  # [B', H, T, D]
         self.data = self.data.new_empty(rows.numel(), *self.data.shape[1:])
         self.data[:, :, :live.size(2)] = live
