@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: The modules of the optional and dev extras (pyproject.toml) and of what they bring.
 EXTRAS = ("transformers", "sacremoses", "huggingface_hub", "onnx", "onnxruntime", "onnxscript", "lm_eval",
-          "gymnasium", "popgym", "stable_baselines3", "sb3_contrib",
+          "gymnasium", "popgym", "stable_baselines3", "sb3_contrib", "ray",
           "torchrl", "matplotlib", "tensorboard", "hypothesis", "mutmut", "libcst")
 BLOCK = "import sys\nfor name in {names!r}:\n    sys.modules[name] = None  # import raises ImportError\n"
 
@@ -33,5 +33,6 @@ def test_the_suite_collects_without_the_extras(tmp_path):
     assert " tests collected" in done.stdout.strip().splitlines()[-1], tail
     skipped = {line.split()[2].split(":")[0] for line in done.stdout.splitlines() if line.startswith("SKIPPED")}
     for module in ("convert/test_hf_compat.py", "convert/test_convert_vocab.py", "evaluation/test_lm_eval.py",
-                   "export/test_export.py", "hub/test_hub.py", "sb3/test_sb3.py"):
+                   "export/test_export.py", "hub/test_hub.py", "sb3/test_sb3.py",
+                   "rl/test_rllib.py"):
         assert f"tests/{module}" in skipped, skipped

@@ -11,7 +11,7 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "API.md"
 #: Modules of an optional extra, and the package the extra installs.
-NEEDS = {"transformer_xl.lm_eval": "lm_eval", "transformer_xl.sb3": "stable_baselines3"}
+NEEDS = {"transformer_xl.lm_eval": "lm_eval", "transformer_xl.sb3": "stable_baselines3", "transformer_xl.rllib": "ray"}
 
 
 def transformers_5() -> bool:

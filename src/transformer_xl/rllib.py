@@ -1,0 +1,321 @@
+"""RLlib's face of the agent that remembers: :class:`TransformerXLRLModule`, a stateful RLModule for the new API
+stack (Ray >= 2.60), so that environment runners and learners can be spread over a Ray cluster.
+
+With the ``rllib`` extra (ray[rllib], gymnasium, popgym)::
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from transformer_xl.rllib import TransformerXLRLModule
+
+    config = (PPOConfig()
+              .environment("popgym-RepeatPreviousEasy-v0")
+              .env_runners(num_env_runners=2)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=TransformerXLRLModule))
+              .training(**TransformerXLRLModule.ppo_training("popgym-RepeatPreviousEasy-v0")))
+    algo = config.build_algo()
+    algo.train()
+
+It is ``txl rl``'s agent underneath, not a second copy: the module holds a
+:class:`~transformer_xl.rl.agent.MemoryAgent` (``self.agent``: the memory core, GTrXL by default, and its policy
+and value heads), built from :class:`~transformer_xl.rl.agent.AgentConfig`'s fields given in ``model_config``
+(``mem_len``, ``gating``, ``core``, ``d_model``, ``n_layer``, ...; an empty ``model_config`` gives ``txl rl``'s
+defaults). Observations are encoded as ``txl rl`` encodes them (one-hot for discrete parts), so Discrete, Tuple
+and Dict observations need no connector; Discrete, MultiDiscrete and Box actions go through RLlib's own
+distributions (``TorchCategorical``, ``TorchMultiCategorical``, ``TorchDiagGaussian``).
+
+The state RLlib carries per environment (``STATE_IN`` / ``STATE_OUT``, one dict of arrays, environments first):
+
+* ``mems [n_layer, M, d]`` and ``mems_mask [M]`` (1.0: a slot that the next step may not see): the memory, the
+  layer inputs of the episode's last ``mem_len`` steps, in the form ``txl rl`` replays windows from (``gru`` core:
+  ``h [d]``; no memory: neither);
+* ``prev [P]``: the code of the previous action (the agent's input; absent with ``prev_action=False``);
+* ``start [1]``: 1.0 in :meth:`get_initial_state`, 0.0 after a step: the next step begins an episode.
+
+RLlib gives every new episode :meth:`get_initial_state` (all slots hidden, ``start`` 1) and never puts two
+episodes in one training sequence, so nothing of one episode is seen by the next; the start flag reaches the
+backbone as its ``starts``. The actions are sampled inside the module (``forward_exploration``; the most likely
+ones in ``forward_inference``) with RLlib's distribution classes, because the next ``STATE_OUT`` holds the code
+of the action taken. In training, each sequence of ``max_seq_len`` steps (default: the agent's ``window``, 16) is
+replayed from the ``STATE_IN`` the runner stored: the context slides as in ``txl rl``, so the learner's first
+pass gives the runner's log-probabilities (to 1e-5, tested).
+
+The runners step the memory from ``STATE_IN`` at each call (RLlib keeps no per-episode object in the module):
+a step costs the memory's projection, O(M·d²), instead of the decoding cache's O(d² + M·d) that ``txl rl`` and
+``TransformerXLPPO`` use (docs/RL.md, "RLlib").
+
+Box actions: RLlib normalises them by default (``normalize_actions=True``: the module acts in ``[-1, 1]`` per
+dimension, which RLlib maps to the space's bounds), so the agent's Gaussian lives in ``[-1, 1]``; an exported
+agent (:meth:`TransformerXLRLModule.save_agent`) acts in those units.
+
+Importing this module registers POPGym's environments with Gymnasium when popgym is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .errors import ConfigError, MissingExtraError
+from .rl import presets
+from .rl.agent import AgentConfig, MemoryAgent
+from .rl.envs import ObservationEncoder, check_action_space
+
+try:  # the rllib extra
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.distribution.torch.torch_distribution import (
+        TorchCategorical,
+        TorchDiagGaussian,
+        TorchMultiCategorical,
+    )
+    from ray.rllib.core.learner.utils import make_target_network
+    from ray.rllib.core.rl_module.apis import TARGET_NETWORK_ACTION_DIST_INPUTS, InferenceOnlyAPI, TargetNetworkAPI
+    from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.torch import TorchRLModule
+except ImportError as _missing:  # one line naming the extra
+    raise MissingExtraError(f'transformer_xl.rllib needs ray[rllib] (>= 2.60): pip install '
+                            f'"transformer-xl[rllib]" ({_missing})') from None
+
+try:  # POPGym's ids (popgym-RepeatPreviousEasy-v0 ...) for PPOConfig().environment(...), as txl rl has them; the
+    importlib.import_module("popgym")  # runners import this module before they make their environments
+except ImportError:
+    pass
+
+#: AgentConfig fields a ``model_config`` may set (the rest come from the spaces).
+AGENT_KEYS = ("core", "d_model", "n_layer", "n_head", "d_head", "d_inner", "mem_len", "window", "gating",
+              "gate_bias", "prev_action", "log_std", "log_std_init")
+#: Keys RLlib itself may put in every module's ``model_config`` (its DefaultModelConfig's fields, and what some
+#: algorithms add); they do not concern this module and are left alone.
+RLLIB_KEYS = frozenset(f.name for f in dataclasses.fields(DefaultModelConfig)) | {"vf_share_layers"}
+
+#: ``txl rl``'s PPO settings (rl/ppo.py's ``PPOConfig``) in ``PPOConfig.training()``'s terms.
+PPO_NAMES = {"gamma": "gamma", "gae_lambda": "lambda_", "lr": "lr", "epochs": "num_epochs", "clip": "clip_param",
+             "ent_coef": "entropy_coeff", "vf_coef": "vf_loss_coeff", "max_grad_norm": "grad_clip"}
+
+
+class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, InferenceOnlyAPI):
+    """A stateful RLModule over :class:`~transformer_xl.rl.agent.MemoryAgent` (module docstring).
+
+    ``model_config`` keys: :data:`AGENT_KEYS` (AgentConfig's fields; defaults as ``txl rl``) and ``max_seq_len``
+    (steps per training sequence; default: ``window``). PPO is tested (tests/rl/test_rllib.py); APPO (whose learner
+    asks for a target network: a frozen copy of the agent, :meth:`make_target_networks`) and IMPALA run too.
+    """
+
+    #: ``PPOConfig.training()`` keywords that suit the module, ``txl rl``'s own PPO settings where RLlib has them
+    #: (RLlib's defaults, lr 5e-5 and 30 epochs over minibatches of 128 steps, were made for small feed-forward
+    #: networks): 4,096 steps an iteration, 4 epochs, minibatches of 512 steps of the padded sequences (32
+    #: sequences of 16 steps, about 10 minibatches an epoch), lr 5e-4, the entropy bonus, gradient clipping and
+    #: GAE's lambda of ``txl rl``. RLlib's adaptive KL loss is left off (``txl rl``'s KL penalty has a fixed weight
+    #: and no target).
+    recommended_ppo_training: Dict[str, Any] = {
+        "train_batch_size_per_learner": 4096,
+        "minibatch_size": 512,
+        "num_epochs": 4,
+        "lr": 5e-4,
+        "gamma": 0.99,
+        "lambda_": 0.95,
+        "clip_param": 0.2,
+        "entropy_coeff": 0.01,
+        "vf_loss_coeff": 0.5,
+        "vf_clip_param": 10.0,
+        "grad_clip": 0.5,
+        "use_kl_loss": False,
+    }
+
+    @classmethod
+    def ppo_training(cls, env_id: str = "") -> Dict[str, Any]:
+        """:attr:`recommended_ppo_training` with the ``ppo`` settings of ``txl rl``'s preset for ``env_id``
+        (``rl/presets.yaml``: ``gamma`` 0.9 for POPGym's immediate-reward tasks) applied."""
+        out = dict(cls.recommended_ppo_training)
+        preset = presets.match(env_id) if env_id else None
+        for key, value in ((preset.settings.get("ppo") or {}) if preset else {}).items():
+            if key in PPO_NAMES:
+                out[PPO_NAMES[key]] = value
+        return out
+
+    @classmethod
+    def model_config_for(cls, env_id: str = "", **overrides) -> Dict[str, Any]:
+        """A ``model_config``: the ``agent`` settings of ``txl rl``'s preset for ``env_id``, then ``overrides``."""
+        preset = presets.match(env_id) if env_id else None
+        return {**((preset.settings.get("agent") or {}) if preset else {}), **overrides}
+
+    # ------------------------------------------------------------------ building
+    def setup(self):
+        given = self.model_config
+        given = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given or {})
+        unknown = sorted(set(given) - set(AGENT_KEYS) - RLLIB_KEYS)
+        if unknown:
+            raise ConfigError(f"TransformerXLRLModule: unknown model_config key(s) {', '.join(unknown)}; it takes "
+                              f"{', '.join(AGENT_KEYS)} and max_seq_len")
+        agent_kwargs = {k: given[k] for k in AGENT_KEYS if k in given}
+        if given.get("max_seq_len") and "window" not in agent_kwargs:  # the agent's window is the sequence
+            agent_kwargs["window"] = int(given["max_seq_len"])
+        try:
+            self.encoder = ObservationEncoder(self.observation_space, "the environment")
+            actions = check_action_space(self.action_space, "the environment")
+        except ConfigError as exc:
+            raise ConfigError(f"TransformerXLRLModule: {str(exc).removeprefix('env: ')}") from None
+        if actions["action_box"] is not None:  # RLlib's normalised actions (module docstring)
+            n = actions["n_actions"]
+            actions["action_box"] = [[-1.0] * n, [1.0] * n]
+        config = AgentConfig(obs_dim=self.encoder.dim, **actions, normalize_obs=False,
+                             observation=self.encoder.to_json(), **agent_kwargs)
+        self.agent = MemoryAgent(config)
+        self.model_config = {**given, "max_seq_len": int(given.get("max_seq_len") or config.window)}
+        if actions["action_dims"] is not None:
+            self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=list(actions["action_dims"]))
+        else:
+            self.action_dist_cls = TorchDiagGaussian if config.continuous else TorchCategorical
+        self._core_names = _core_names(config)
+
+    # ------------------------------------------------------------------ the state
+    def get_initial_state(self) -> Dict[str, np.ndarray]:
+        """One environment's state before its episode's first step (module docstring), unbatched numpy."""
+        core = self.agent.initial_state(1)
+        state = {name: t[0].float().cpu().numpy() for name, t in zip(self._core_names, core)}
+        if self.agent.config.action_code_dim:
+            state["prev"] = np.zeros(self.agent.config.action_code_dim, dtype=np.float32)
+        state["start"] = np.ones(1, dtype=np.float32)
+        return state
+
+    def _core_state(self, state: Dict[str, Tensor]) -> Tuple[Tensor, ...]:
+        out = []
+        for name in self._core_names:
+            t = state[name]
+            out.append(t > 0.5 if name == "mems_mask" else t.float())
+        return tuple(out)
+
+    def _state_out(self, core: Tuple[Tensor, ...], prev: Optional[Tensor], n: int, device) -> Dict[str, Tensor]:
+        state = {name: (t.float() if name == "mems_mask" else t) for name, t in zip(self._core_names, core)}
+        if prev is not None:
+            state["prev"] = prev.float()
+        state["start"] = torch.zeros(n, 1, device=device)
+        return state
+
+    # ------------------------------------------------------------------ the forward passes
+    def _encode(self, obs) -> Tensor:
+        """Observations ``[B, T, ...]`` (tensors, or dicts and tuples of them) -> ``[B, T, obs_dim]``."""
+        columns = []
+        for path, width, kind, shape in self.encoder.parts:
+            value = obs
+            for key in path:
+                value = value[key]
+            value = torch.as_tensor(value)
+            b, t = value.shape[:2]
+            if kind == "box":
+                columns.append(value.reshape(b, t, -1).float())
+            else:
+                flat = value.reshape(b, t, -1).long()
+                columns += [torch.nn.functional.one_hot(flat[..., i].clamp(0, n - 1), n).float()
+                            for i, n in enumerate(kind)]
+        return torch.cat(columns, dim=-1).to(self.agent.policy.weight.device)
+
+    def _run(self, batch: Dict[str, Any], agent: Optional[MemoryAgent] = None
+             ) -> Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, ...]]:
+        """``(params [B, T, A], values [B, T], hidden [B, T, d], core state after)`` of a batch: ``OBS [B, T,
+        ...]``, ``STATE_IN`` (``[B, ...]``) and, for ``T > 1``, ``ACTIONS [B, T, ...]`` (the previous actions);
+        through ``agent`` (default: the module's own)."""
+        agent = self.agent if agent is None else agent
+        x = self._encode(batch[Columns.OBS])
+        b, t = x.shape[:2]
+        state = batch[Columns.STATE_IN]
+        starts = torch.zeros(b, t, dtype=torch.bool, device=x.device)
+        starts[:, 0] = state["start"].reshape(b) > 0.5
+        prev = None
+        if agent.config.action_code_dim:
+            prev = state["prev"].float()[:, None]
+            if t > 1:
+                if Columns.ACTIONS not in batch:
+                    raise ConfigError("TransformerXLRLModule: sequences of more than one step need the batch's "
+                                      "actions (each step's input holds the previous action)")
+                codes = agent.action_code(torch.as_tensor(batch[Columns.ACTIONS], device=x.device)[:, :t - 1])
+                prev = torch.cat([prev, codes.float()], dim=1)
+        hidden, core = agent.core(agent.inputs(x, starts, prev), starts, self._core_state(state))
+        params, values = agent.heads(hidden)
+        return params, values, hidden, core
+
+    def _act(self, batch: Dict[str, Any], explore: bool) -> Dict[str, Any]:
+        params, _, _, core = self._run(batch)
+        dist = self.action_dist_cls.from_logits(params)
+        if explore:
+            actions = dist.sample()
+        else:
+            actions = dist.to_deterministic().sample()
+        logp = dist.logp(actions)
+        code = self.agent.action_code(actions[:, -1]) if self.agent.config.action_code_dim else None
+        return {Columns.ACTIONS: actions, Columns.ACTION_LOGP: logp, Columns.ACTION_DIST_INPUTS: params,
+                Columns.STATE_OUT: self._state_out(core, code, params.size(0), params.device)}
+
+    def _forward_inference(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        """The most likely actions (RLlib's deterministic form of the distribution) and the state after them."""
+        with torch.no_grad():
+            return self._act(batch, explore=False)
+
+    def _forward_exploration(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        """Sampled actions, their log-probabilities and the policy's parameters, and the state after them."""
+        with torch.no_grad():
+            return self._act(batch, explore=True)
+
+    def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        return self._forward_inference(batch, **kwargs)
+
+    def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        """Sequences ``[B', max_seq_len, ...]`` replayed from their ``STATE_IN``: the policy's parameters, and the
+        core's states as ``EMBEDDINGS`` (the value head reads them in the loss)."""
+        params, _, hidden, core = self._run(batch)
+        return {Columns.ACTION_DIST_INPUTS: params, Columns.EMBEDDINGS: hidden,
+                Columns.STATE_OUT: self._state_out(core, None, params.size(0), params.device)}
+
+    def compute_values(self, batch: Dict[str, Any], embeddings: Optional[Any] = None) -> Tensor:
+        """Values ``[B, T]``: from the core's states of ``_forward_train`` when given, else by replaying ``batch``."""
+        if embeddings is None:
+            return self._run(batch)[1]
+        return self.agent.value(self.agent.norm(embeddings)).squeeze(-1)
+
+    # ------------------------------------------------------------------ a target network (APPO)
+    def make_target_networks(self) -> None:
+        """A frozen copy of the agent, which APPO's learner moves towards the agent now and then."""
+        self._target_agent = make_target_network(self.agent)
+
+    def get_target_network_pairs(self):
+        return [(self.agent, self._target_agent)]
+
+    def forward_target(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        """The target agent's policy parameters for the sequences of ``batch`` (as :meth:`_forward_train`)."""
+        return {TARGET_NETWORK_ACTION_DIST_INPUTS: self._run(batch, self._target_agent)[0]}
+
+    def get_non_inference_attributes(self):
+        """What the environment runners' modules do without: the target agent."""
+        return ["_target_agent"]
+
+    # ------------------------------------------------------------------ the agent
+    def save_agent(self, directory, env_id: str = "") -> Path:
+        """The module's agent as :meth:`MemoryAgent.save_pretrained` writes it (``agent.json``,
+        ``model.safetensors``), for ``txl rl-eval`` and ``MemoryAgent.predict``; ``env_id`` is recorded in it."""
+        if env_id:
+            self.agent.config.env_id = env_id
+        self.agent.save_pretrained(directory)
+        return Path(directory)
+
+    def load_agent(self, agent) -> None:
+        """The weights of a :class:`MemoryAgent` (or of the folder it was saved in), of the same shape, into this
+        module."""
+        if not isinstance(agent, MemoryAgent):
+            agent = MemoryAgent.from_pretrained(agent)
+        self.agent.load_state_dict(agent.state_dict())
+
+
+def _core_names(config: AgentConfig) -> Tuple[str, ...]:
+    """The names of the core's state parts in ``STATE_IN`` (module docstring)."""
+    if config.core == "gru":
+        return ("h",)
+    return ("mems", "mems_mask") if config.mem_len > 0 else ()
+
+
+__all__ = ["TransformerXLRLModule"]

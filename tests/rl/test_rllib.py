@@ -1,0 +1,263 @@
+"""transformer_xl.rllib: the agent as RLlib's stateful RLModule (new API stack), on a local Ray.
+
+The cue task of tests/rl/cue_env.py with delays up to 12 steps and training sequences of 4 steps, so episodes
+cross sequence boundaries, end inside them, and continue from one ``sample()`` to the next. Everything runs on
+one Ray started once for the module; PPO is RLlib's own, with a learner in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason="RLlib is the rllib extra")
+pytest.importorskip("ray.rllib", reason="RLlib is the rllib extra")
+
+from cue_env import ContinuousCue, CueMemory  # noqa: E402  (tests/rl, after the skip)
+from gymnasium import spaces  # noqa: E402
+from ray.rllib.algorithms.algorithm import Algorithm  # noqa: E402
+from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402
+from ray.rllib.core import DEFAULT_MODULE_ID  # noqa: E402
+from ray.rllib.core.columns import Columns  # noqa: E402
+from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec  # noqa: E402
+from ray.tune.registry import register_env  # noqa: E402
+
+from transformer_xl.errors import ConfigError  # noqa: E402
+from transformer_xl.rl import MemoryAgent  # noqa: E402
+from transformer_xl.rllib import TransformerXLRLModule  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SMALL = {"d_model": 32, "n_layer": 2, "n_head": 2, "d_head": 16, "d_inner": 64, "mem_len": 8, "max_seq_len": 4}
+ENV = "txltest-rllib-cue"
+
+
+def make_cue(config):
+    return CueMemory(max_delay=int(config.get("max_delay", 12)))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One Ray for the module: 2 CPUs, tests/rl importable on its workers (the cue task)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one step of a few environments: a second thread only waits on shared cores
+    path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+    register_env(ENV, make_cue)
+    yield
+    ray.shutdown()
+    torch.set_num_threads(threads)
+
+
+def build(runners: int = 0, model_config=None, **training):
+    config = (PPOConfig()
+              .environment(ENV, env_config={"max_delay": 12})
+              .env_runners(num_env_runners=runners, num_envs_per_env_runner=2, rollout_fragment_length=64)
+              .learners(num_learners=0)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=TransformerXLRLModule,
+                                                     model_config=dict(SMALL if model_config is None
+                                                                       else model_config)))
+              .training(**{**TransformerXLRLModule.ppo_training(), "train_batch_size_per_learner": 128,
+                           "minibatch_size": 8, "num_epochs": 1, **training})
+              .debugging(seed=0))
+    return config.build_algo()
+
+
+@pytest.fixture(scope="module")
+def local_algo(local_ray):
+    """PPO with the module, its runner in this process; one iteration of real updates already made."""
+    algo = build()
+    algo.train()
+    yield algo
+    algo.stop()
+
+
+def learner_pass(algo, episodes):
+    """The learner's train batch of ``episodes`` (its connector: sequences, STATE_IN, GAE) and its first
+    ``forward_train`` on it."""
+    learner = algo.learner_group._learner
+    batch = learner._learner_connector(rl_module=learner.module, batch={}, episodes=episodes, shared_data={},
+                                       metrics=learner.metrics)[DEFAULT_MODULE_ID]
+    module = learner.module[DEFAULT_MODULE_ID]
+    with torch.no_grad():
+        out = module.forward_train(batch)
+    return module, batch, out
+
+
+def test_the_learners_first_pass_replays_what_the_runner_computed(local_algo):
+    runner = local_algo.env_runner
+    first = runner.sample(num_timesteps=60)
+    second = runner.sample(num_timesteps=60)  # some episodes go on from the first call (t_started > 0)
+    assert any(ep.t_started > 0 for ep in second)
+    assert max(len(ep) for ep in first + second) > SMALL["max_seq_len"]  # sequences cut inside episodes
+    for episodes in (first, second):
+        steps = sum(len(ep) for ep in episodes)  # before the connector adds each episode's bootstrap step
+        module, batch, out = learner_pass(local_algo, episodes)
+        mask = batch[Columns.LOSS_MASK]
+        dist = module.get_train_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+        logp = dist.logp(batch[Columns.ACTIONS])
+        assert int(mask.sum()) == steps
+        assert (logp - batch[Columns.ACTION_LOGP])[mask].abs().max() < 1e-5
+        assert (out[Columns.ACTION_DIST_INPUTS] - batch[Columns.ACTION_DIST_INPUTS])[mask].abs().max() < 1e-5
+
+
+def replay_with_agent(agent: MemoryAgent, episode):
+    """Log-probabilities of an episode's actions under ``agent``, stepped from a fresh memory."""
+    obs = np.asarray(episode.get_observations())[:-1]
+    actions = torch.as_tensor(np.asarray(episode.get_actions()))
+    state, prev, out = agent.initial_state(1), agent.no_action(1), []
+    with torch.no_grad():
+        for t in range(len(actions)):
+            x = agent.encoder.encode(obs[t:t + 1])
+            logits, _, state = agent.step(x, torch.tensor([t == 0]), state, prev)
+            out.append(agent.distribution(logits).log_prob(actions[t:t + 1])[0])
+            prev = agent.action_code(actions[t:t + 1])
+    return torch.stack(out)
+
+
+def test_an_episode_sees_nothing_of_the_one_before_and_its_weights_play_in_a_memory_agent(local_algo, tmp_path):
+    runner = local_algo.env_runner
+    runner.sample(num_timesteps=40)
+    episodes = [ep for ep in runner.sample(num_timesteps=80) if ep.t_started == 0 and ep.is_done]
+    assert len(episodes) >= 4  # each began after another episode of its environment
+    agent = MemoryAgent.from_pretrained(local_algo.get_module().save_agent(tmp_path / "agent", ENV))
+    for episode in episodes:
+        stored = torch.as_tensor(np.asarray(episode.get_extra_model_outputs(Columns.ACTION_LOGP)))
+        assert (replay_with_agent(agent, episode) - stored).abs().max() < 1e-5
+
+
+def step_module(module, observations, deterministic=True):
+    """Actions of ``module`` for one environment's observations, the state carried as RLlib carries it."""
+    state = {k: torch.as_tensor(v)[None] for k, v in module.get_initial_state().items()}
+    actions = []
+    for obs in observations:
+        batch = {Columns.OBS: torch.as_tensor(np.asarray([[obs]])), Columns.STATE_IN: state}
+        out = module.forward_inference(batch) if deterministic else module.forward_exploration(batch)
+        actions.append(out[Columns.ACTIONS][0, 0].numpy())
+        state = out[Columns.STATE_OUT]
+    return np.asarray(actions)
+
+
+def test_the_agents_predict_gives_the_modules_actions_and_loads_back(local_algo, tmp_path):
+    module = local_algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+    observations = [0, 2, 2, 2, 1, 2, 2, 2, 2, 2]
+    agent = MemoryAgent.from_pretrained(module.save_agent(tmp_path / "agent"))
+    state, predicted = None, []
+    for t, obs in enumerate(observations):
+        action, state = agent.predict(obs, state, episode_start=np.array([t == 0]), deterministic=True)
+        predicted.append(action)
+    assert predicted == step_module(module, observations).tolist()
+    fresh = TransformerXLRLModule(observation_space=module.observation_space, action_space=module.action_space,
+                                  model_config=dict(SMALL))
+    fresh.load_agent(tmp_path / "agent")
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), module.state_dict().values()))
+
+
+def test_a_start_forgets_the_memory_in_a_training_sequence(local_algo):
+    """RLlib gives an episode's first sequence the initial state: whatever memory a row held before, a start hides
+    it, and the outputs are those of a fresh memory."""
+    module = local_algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+    init = {k: torch.as_tensor(v)[None].repeat(2, *[1] * v.ndim) for k, v in module.get_initial_state().items()}
+    dirty = {k: v.clone() for k, v in init.items()}
+    dirty["mems"].normal_()
+    dirty["mems_mask"].zero_()  # every slot visible, were the start not there
+    dirty["prev"][:, 1] = 1.0
+    obs = torch.tensor([[0, 2, 2, 2], [1, 2, 2, 2]])
+    actions = torch.tensor([[1, 0, 1, 0], [0, 0, 1, 1]])
+    with torch.no_grad():
+        a = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions, Columns.STATE_IN: init})
+        b = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions, Columns.STATE_IN: dirty})
+        dirty["start"].zero_()
+        c = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions, Columns.STATE_IN: dirty})
+    assert torch.allclose(a[Columns.ACTION_DIST_INPUTS], b[Columns.ACTION_DIST_INPUTS], atol=1e-6)
+    assert not torch.allclose(a[Columns.ACTION_DIST_INPUTS], c[Columns.ACTION_DIST_INPUTS], atol=1e-3)
+
+
+def test_checkpoints_restore_the_module_with_one_remote_runner(local_ray, tmp_path):
+    algo = build(runners=1)
+    try:
+        result = algo.train()
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 128
+        path = algo.save_to_path(str(tmp_path / "ckpt"))
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        observations = [1, 2, 2, 2, 2, 0, 2, 2]
+        expected = step_module(module, observations)
+        restored = Algorithm.from_checkpoint(path)
+        try:
+            again = restored.learner_group._learner.module[DEFAULT_MODULE_ID]
+            assert np.array_equal(step_module(again, observations), expected)
+        finally:
+            restored.stop()
+        alone = RLModule.from_checkpoint(Path(path) / "learner_group" / "learner" / "rl_module" / DEFAULT_MODULE_ID)
+        assert isinstance(alone, TransformerXLRLModule)
+        assert np.array_equal(step_module(alone, observations), expected)
+    finally:
+        algo.stop()
+
+
+def test_an_empty_model_config_gives_txl_rls_agent_and_its_own_max_seq_len():
+    module = TransformerXLRLModule(observation_space=spaces.Discrete(3), action_space=spaces.Discrete(2),
+                                   model_config={})
+    assert module.model_config["max_seq_len"] == 16 and module.is_stateful()
+    assert module.agent.config.mem_len == 64 and module.agent.config.gating == "gru"
+    assert set(module.get_initial_state()) == {"mems", "mems_mask", "prev", "start"}
+    with pytest.raises(ConfigError, match="mem_lenn"):
+        TransformerXLRLModule(observation_space=spaces.Discrete(3), action_space=spaces.Discrete(2),
+                              model_config={"mem_lenn": 8})
+    assert TransformerXLRLModule.ppo_training("popgym-RepeatPreviousEasy-v0")["gamma"] == 0.9
+
+
+@pytest.mark.parametrize("space,model", [(spaces.MultiDiscrete([3, 2]), {}), (ContinuousCue().action_space, {}),
+                                         (spaces.Discrete(3), {"core": "gru"}),
+                                         (spaces.Discrete(3), {"mem_len": 0, "prev_action": False})],
+                         ids=["multidiscrete", "box", "gru-core", "no-memory"])
+def test_actions_and_cores_replay_through_rllibs_distributions(space, model):
+    module = TransformerXLRLModule(observation_space=spaces.Box(-1, 1, (3,)), action_space=space,
+                                   model_config={**SMALL, **model})
+    obs = torch.randn(2, 5, 3)
+    state = {k: torch.as_tensor(v)[None].repeat(2, *[1] * v.ndim) for k, v in module.get_initial_state().items()}
+    steps, logps, params = [], [], []
+    for t in range(5):
+        out = module.forward_exploration({Columns.OBS: obs[:, t:t + 1], Columns.STATE_IN: state})
+        steps.append(out[Columns.ACTIONS])
+        logps.append(out[Columns.ACTION_LOGP])
+        params.append(out[Columns.ACTION_DIST_INPUTS])
+        state = out[Columns.STATE_OUT]
+    actions = torch.cat(steps, dim=1)
+    assert actions.shape[:2] == (2, 5) and actions.shape[2:] == space.shape
+    init = {k: torch.as_tensor(v)[None].repeat(2, *[1] * v.ndim) for k, v in module.get_initial_state().items()}
+    with torch.no_grad():
+        out = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions, Columns.STATE_IN: init})
+    dist = module.get_train_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+    assert (dist.logp(actions) - torch.cat(logps, dim=1)).abs().max() < 1e-5
+    assert module.compute_values({Columns.OBS: obs, Columns.ACTIONS: actions, Columns.STATE_IN: init}).shape == (2, 5)
+
+
+def test_without_ray_the_import_says_which_extra_in_one_line():
+    code = "import sys\nsys.modules['ray'] = None\nimport transformer_xl.rllib\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("transformer_xl.errors.MissingExtraError: transformer_xl.rllib needs ray[rllib]"), last
+    assert 'pip install "transformer-xl[rllib]"' in last
+
+
+def test_a_modules_agent_plays_under_txl_rl_eval(tmp_path, capsys):
+    popgym = pytest.importorskip("popgym", reason="POPGym is part of the rllib extra")
+    from transformer_xl.cli import main
+
+    env = popgym.envs.repeat_previous.RepeatPreviousEasy()
+    module = TransformerXLRLModule(observation_space=env.observation_space, action_space=env.action_space,
+                                   model_config={})
+    module.save_agent(tmp_path / "agent", "popgym-RepeatPreviousEasy-v0")
+    capsys.readouterr()
+    assert main(["rl-eval", str(tmp_path / "agent"), "--episodes", "2", "--envs", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["episodes"] == 2 and -1.0 <= result["mean_return"] <= 1.0
