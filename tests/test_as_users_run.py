@@ -581,6 +581,12 @@ USES: Dict[str, str] = {
                                       "== 'x'",
     "transformer_xl.rl.presets.Preset": "p = Preset('x', ['a*'], 'why', {'ppo': {'gamma': 0.5}})\n"
                                         "assert p.describe() == 'ppo.gamma=0.5'",
+    "transformer_xl.rllib.TransformerXLRLModule": "import gymnasium as gym\n"
+                                                  "m = TransformerXLRLModule(observation_space=gym.spaces."
+                                                  "Discrete(3), action_space=gym.spaces.Discrete(2), "
+                                                  "model_config={'d_model': 16, 'n_layer': 1})\n"
+                                                  "s = m.get_initial_state()\n"
+                                                  "assert m.model_config['max_seq_len'] > 0 and 'mems' in s",
     "transformer_xl.sb3.TransformerXLPPO": "from stable_baselines3.common.env_util import make_vec_env\n"
                                            "m = TransformerXLPPO('MlpPolicy', make_vec_env('CartPole-v1', n_envs=2), "
                                            "n_steps=16, batch_size=32, policy_kwargs=dict(d_model=16, n_layer=1, "
@@ -682,7 +688,7 @@ USES: Dict[str, str] = {
 #: Names whose module needs an optional extra: the extra's package.
 NEEDS = {"transformer_xl.lm_eval": "lm_eval", "transformer_xl.rl.runner.train_agent": "gymnasium",
          "transformer_xl.export.export_model": "onnxscript", "transformer_xl.hf": "transformers>=5",
-         "transformer_xl.sb3": "stable_baselines3"}
+         "transformer_xl.sb3": "stable_baselines3", "transformer_xl.rllib": "ray"}
 
 
 def documented_names() -> List[Tuple[str, str]]:
@@ -771,7 +777,8 @@ BLOCK_RUNS = [(block_id, code, shown, threads) for block_id, code, shown in BLOC
 
 #: What a block needs beyond the core install: the module, and the extra that installs it.
 EXTRAS = {"onnxruntime": "export", "huggingface_hub": "hub", "lm_eval": "lm-eval", "gymnasium": "rl",
-          "transformer_xl.hf": "transformers", "stable_baselines3": "sb3", "transformer_xl.sb3": "sb3"}
+          "transformer_xl.hf": "transformers", "stable_baselines3": "sb3", "transformer_xl.sb3": "sb3",
+          "ray": "rllib", "transformer_xl.rllib": "rllib"}
 
 
 def block_missing_extra(code: str) -> Optional[str]:
