@@ -145,6 +145,14 @@ def padding_masks(attention_mask: Optional[Tensor], qlen: int, mlen: int) -> Tup
     return padding, mems_mask
 
 
+def rows_for(mems: List[Tensor], bsz: int) -> List[Tensor]:
+    """The memory ``[M, B, d]`` per layer for ``bsz`` rows: each row repeated in place as ``generate`` expands its
+    inputs for beams or ``num_return_sequences`` (unchanged when it already has ``bsz`` rows)."""
+    if mems[0].size(1) == bsz:
+        return mems
+    return [m.repeat_interleave(bsz // m.size(1), dim=1) for m in mems]
+
+
 def check_forward_args(inputs_embeds, head_mask, output_attentions, extra: Dict[str, object]) -> None:
     """One error line for what this model does not do; transformers' bookkeeping arguments pass."""
     if inputs_embeds is not None:
@@ -476,9 +484,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         model = self.transformer
         if mems is None:
             return DecodingCache(model, input_ids.size(0), decoding="sliding")
-        if mems[0].size(1) != input_ids.size(0):  # generate's beams (or num_return_sequences) expand the rows
-            copies = input_ids.size(0) // mems[0].size(1)
-            mems = [m.repeat_interleave(copies, dim=1) for m in mems]
+        mems = rows_for(mems, input_ids.size(0))
         _, mems_mask = padding_masks(attention_mask, input_ids.size(1), mems[0].size(0))
         return DecodingCache(model, input_ids.size(0), decoding="sliding", mems=to_model_mems(mems),
                              mems_mask=mems_mask)
@@ -505,9 +511,8 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             return {"input_ids": input_ids, "mems": cache, "attention_mask": attention_mask}
         if txl_prompt_read:
             input_ids = input_ids[:, -1:]
-        elif mems is not None and mems[0].size(1) != input_ids.size(0):  # generate's beams expand the rows
-            copies = input_ids.size(0) // mems[0].size(1)
-            mems = [m.repeat_interleave(copies, dim=1) for m in mems]
+        elif mems is not None:
+            mems = rows_for(mems, input_ids.size(0))
         return {"input_ids": input_ids, "mems": mems, "attention_mask": attention_mask}
 
     def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict,
