@@ -45,7 +45,8 @@ a step costs the memory's projection, O(M·d²), instead of the decoding cache's
 
 Box actions: RLlib normalises them by default (``normalize_actions=True``: the module acts in ``[-1, 1]`` per
 dimension, which RLlib maps to the space's bounds), so the agent's Gaussian lives in ``[-1, 1]``; an exported
-agent (:meth:`TransformerXLRLModule.save_agent`) acts in those units.
+agent (:meth:`TransformerXLRLModule.save_agent`) has its head mapped as RLlib maps the actions, so it acts in the
+environment's own units (and :meth:`~TransformerXLRLModule.load_agent` maps back).
 
 Importing this module registers POPGym's environments with Gymnasium when popgym is installed.
 """
@@ -103,8 +104,8 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
     """A stateful RLModule over :class:`~transformer_xl.rl.agent.MemoryAgent` (module docstring).
 
     ``model_config`` keys: :data:`AGENT_KEYS` (AgentConfig's fields; defaults as ``txl rl``) and ``max_seq_len``
-    (steps per training sequence; default: ``window``). PPO is tested (tests/rl/test_rllib.py); APPO (whose learner
-    asks for a target network: a frozen copy of the agent, :meth:`make_target_networks`) and IMPALA run too.
+    (steps per training sequence; default: ``window``). PPO, APPO (whose learner asks for a target network: a frozen
+    copy of the agent, :meth:`make_target_networks`) and IMPALA are tested (tests/rl/test_rllib.py).
     """
 
     #: ``PPOConfig.training()`` keywords that suit the module, ``txl rl``'s own PPO settings where RLlib has them
@@ -297,18 +298,63 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
     # ------------------------------------------------------------------ the agent
     def save_agent(self, directory, env_id: str = "") -> Path:
         """The module's agent as :meth:`MemoryAgent.save_pretrained` writes it (``agent.json``,
-        ``model.safetensors``), for ``txl rl-eval`` and ``MemoryAgent.predict``; ``env_id`` is recorded in it."""
+        ``model.safetensors``), for ``txl rl-eval`` and ``MemoryAgent.predict``; ``env_id`` is recorded in it.
+
+        Box actions leave in the environment's units: the module's Gaussian lives in RLlib's normalised ``[-1,
+        1]`` (module docstring), so the saved agent's mean is ``low + (mean + 1) (high - low) / 2`` and its
+        standard deviation ``(high - low) / 2`` times the module's, RLlib's own mapping (``unsquash_action``):
+        the saved agent acts as RLlib acts with the module."""
+        agent = self._agent_in_units(self.action_space, inverse=False)
         if env_id:
-            self.agent.config.env_id = env_id
-        self.agent.save_pretrained(directory)
+            agent.config.env_id = env_id
+        agent.save_pretrained(directory)
         return Path(directory)
 
     def load_agent(self, agent) -> None:
         """The weights of a :class:`MemoryAgent` (or of the folder it was saved in), of the same shape, into this
-        module."""
+        module; Box actions taken back from the environment's units into RLlib's normalised ones."""
         if not isinstance(agent, MemoryAgent):
             agent = MemoryAgent.from_pretrained(agent)
+        if agent.config.continuous:  # a copy: the caller's agent keeps its units
+            copy = MemoryAgent(agent.config)
+            copy.load_state_dict(agent.state_dict())
+            agent = _rescaled(copy, inverse=True)
         self.agent.load_state_dict(agent.state_dict())
+
+    def _agent_in_units(self, space, inverse: bool) -> MemoryAgent:
+        """The module's agent, or (Box actions) a copy of it whose head acts within ``space``'s bounds."""
+        if not self.agent.config.continuous:
+            return self.agent
+        box = [np.asarray(space.low, dtype=np.float64).reshape(-1).tolist(),
+               np.asarray(space.high, dtype=np.float64).reshape(-1).tolist()]
+        copy = MemoryAgent(dataclasses.replace(self.agent.config, action_box=box))
+        copy.load_state_dict(self.agent.state_dict())
+        return _rescaled(copy, inverse)
+
+
+def _rescaled(agent: MemoryAgent, inverse: bool) -> MemoryAgent:
+    """Box actions: ``agent``'s Gaussian head (weights changed in place) from RLlib's normalised units into the
+    bounds of ``agent.config.action_box`` (or back, ``inverse``): each mean ``m -> c + s m`` and each log-std
+    ``+ log s``, with ``s = (high - low) / 2``, ``c = (high + low) / 2``. Other agents as they are."""
+    if not agent.config.continuous:
+        return agent
+    low, high = (torch.tensor(side, dtype=torch.float64) for side in agent.config.action_box)
+    scale, centre = (high - low) / 2, (high + low) / 2
+    n = agent.config.n_actions
+    with torch.no_grad():
+        weight, bias = agent.policy.weight.double(), agent.policy.bias.double()
+        if inverse:
+            weight[:n], bias[:n] = weight[:n] / scale[:, None], (bias[:n] - centre) / scale
+        else:
+            weight[:n], bias[:n] = weight[:n] * scale[:, None], bias[:n] * scale + centre
+        shift = -scale.log() if inverse else scale.log()
+        if agent.config.log_std == "parameter":
+            agent.log_std.copy_(agent.log_std.double() + shift)
+        else:
+            bias[n:] += shift
+        agent.policy.weight.copy_(weight)
+        agent.policy.bias.copy_(bias)
+    return agent
 
 
 def _core_names(config: AgentConfig) -> Tuple[str, ...]:

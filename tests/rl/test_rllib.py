@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,93 @@ def test_a_modules_agent_plays_under_txl_rl_eval(tmp_path, capsys):
     assert main(["rl-eval", str(tmp_path / "agent"), "--episodes", "2", "--envs", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["episodes"] == 2 and -1.0 <= result["mean_return"] <= 1.0
+
+
+def test_a_box_modules_agent_acts_in_the_environments_units_as_rllib_maps_them(tmp_path):
+    """RLlib acts with ``unsquash_action`` of the module's normalised actions: the saved agent must give the same
+    actions on the environment's own bounds, the same densities (over the mapped actions, by the change of
+    variables), and load back into a module that acts as the first."""
+    from ray.rllib.utils.spaces.space_utils import unsquash_action
+
+    space = spaces.Box(low=np.array([-2.0, 0.0], np.float32), high=np.array([2.0, 10.0], np.float32))
+    torch.manual_seed(0)
+    module = TransformerXLRLModule(observation_space=spaces.Box(-1, 1, (3,)), action_space=space,
+                                   model_config=dict(SMALL))
+    with torch.no_grad():  # means well away from 0 and unequal spreads, as after training
+        module.agent.policy.weight.normal_(0.0, 0.05)
+        module.agent.policy.bias.copy_(torch.tensor([0.3, -0.4]))
+        module.agent.log_std.copy_(torch.tensor([-1.5, -2.0]))
+    observations = np.random.default_rng(0).uniform(-1, 1, (7, 3)).astype(np.float32)
+    agent = MemoryAgent.from_pretrained(module.save_agent(tmp_path / "agent"))
+    assert agent.config.action_box == [[-2.0, 0.0], [2.0, 10.0]]
+
+    state, by_rllib, by_agent = {k: torch.as_tensor(v)[None] for k, v in module.get_initial_state().items()}, [], []
+    carry = None
+    for t, obs in enumerate(observations):
+        out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None, None]), Columns.STATE_IN: state})
+        by_rllib.append(unsquash_action(out[Columns.ACTIONS][0, 0].numpy(), space))
+        state = out[Columns.STATE_OUT]
+        action, carry = agent.predict(obs, carry, episode_start=np.array([t == 0]), deterministic=True)
+        by_agent.append(action)
+    assert np.allclose(np.asarray(by_agent), np.asarray(by_rllib), atol=1e-5)
+
+    # sampled actions: the agent's density of the mapped action = the module's density / prod((high - low) / 2)
+    state = {k: torch.as_tensor(v)[None] for k, v in module.get_initial_state().items()}
+    normalised, logps = [], []
+    for obs in observations:
+        out = module.forward_exploration({Columns.OBS: torch.as_tensor(obs[None, None]), Columns.STATE_IN: state})
+        normalised.append(out[Columns.ACTIONS][0, 0])
+        logps.append(out[Columns.ACTION_LOGP][0, 0])
+        state = out[Columns.STATE_OUT]
+    mapped = torch.stack([torch.as_tensor(unsquash_action(a.numpy(), space)) for a in normalised])
+    inside = ((mapped > torch.as_tensor(space.low)) & (mapped < torch.as_tensor(space.high))).all(-1)
+    assert inside.sum() >= 3  # the density is compared where RLlib's clip left the action alone
+    x = agent.normalize(torch.as_tensor(observations))[None]
+    starts = torch.zeros(1, len(observations), dtype=torch.bool)
+    starts[0, 0] = True
+    prev = torch.cat([agent.no_action(1)[:, None], agent.action_code(mapped[None, :-1])], dim=1)
+    with torch.no_grad():
+        params, _, _ = agent.replay(x, starts, agent.initial_state(1), prev)
+    density = agent.distribution(params[0]).gaussian_log_prob(mapped)
+    expected = torch.stack(logps) - torch.log(torch.tensor([2.0, 5.0])).sum()
+    assert torch.allclose(density[inside], expected[inside].to(density.dtype), atol=1e-4)
+
+    again = TransformerXLRLModule(observation_space=spaces.Box(-1, 1, (3,)), action_space=space,
+                                  model_config=dict(SMALL))
+    again.load_agent(tmp_path / "agent")
+    assert agent.config.action_box == [[-2.0, 0.0], [2.0, 10.0]]
+    for mine, theirs in zip(again.agent.state_dict().values(), module.agent.state_dict().values()):
+        assert torch.allclose(mine, theirs, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["APPO", "IMPALA"])
+def test_appo_and_impala_learn_with_the_module_on_a_remote_runner(local_ray, algorithm):
+    """The asynchronous algorithms take the stateful module: their learners update it from a remote runner's
+    episodes (APPO through the module's target network), with finite losses."""
+    if algorithm == "APPO":
+        from ray.rllib.algorithms.appo import APPOConfig as Config
+    else:
+        from ray.rllib.algorithms.impala import IMPALAConfig as Config
+    config = (Config()
+              .environment(ENV, env_config={"max_delay": 12})
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
+              .learners(num_learners=0)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=TransformerXLRLModule, model_config=dict(SMALL)))
+              .training(train_batch_size_per_learner=128)
+              .reporting(min_time_s_per_iteration=0)
+              .debugging(seed=0))
+    algo = config.build_algo()
+    try:
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        before = [p.detach().clone() for p in module.agent.parameters()]
+        losses, start = [], time.perf_counter()
+        while len(losses) < 2 and time.perf_counter() - start < 120:  # results come when the learner has run
+            learned = algo.train().get("learners", {}).get(DEFAULT_MODULE_ID, {})
+            if np.isfinite(float(learned.get("num_module_steps_trained", np.nan))):  # NaN: no update this time
+                losses.append(float(learned["total_loss"]))
+            time.sleep(0.2)
+        assert len(losses) == 2 and all(np.isfinite(losses)), losses
+        assert any(not torch.equal(p, q) for p, q in zip(module.agent.parameters(), before))
+        assert all(torch.isfinite(p).all() for p in module.agent.parameters())
+    finally:
+        algo.stop()
