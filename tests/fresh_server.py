@@ -8,7 +8,8 @@ at a time). A case is ``{"id", "cwd"}`` with either ``"code"`` (run as ``__main_
 (a script run as ``python PATH ARGV...`` runs it), and optionally ``"threads"`` (torch's CPU threads, as
 ``OMP_NUM_THREADS`` would set them). The child changes to ``cwd``, runs the case and exits 0, or prints its
 traceback and exits 1. One JSON line per case goes to stdout: ``{"id", "status", "stdout", "stderr", "seconds",
-"cpu_seconds"}``. A child that runs past ``--timeout`` seconds is killed (status -9).
+"cpu_seconds"}``. A child that runs past ``--timeout`` seconds (or its case's own ``"timeout"``) is killed (status
+-9).
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ def main() -> None:
         pid, status, usage = os.wait4(-1, os.WNOHANG)
         if pid == 0:
             now = time.perf_counter()
-            for other, (*_, start) in running.items():
-                if now - start > args.timeout:
+            for other, (case_of, *_, start) in running.items():
+                if now - start > float(case_of.get("timeout", args.timeout)):
                     os.kill(other, signal.SIGKILL)
             select.select([], [], [], 0.01)
             continue

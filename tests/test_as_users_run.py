@@ -817,8 +817,11 @@ def block_case(assets: Path, block_id: str, code: str, threads: int) -> dict:
     shutil.copytree(assets / "user", folder)
     script = assets / "work" / f"{name}.py"
     script.write_text(code, encoding="utf-8")
-    return {"id": f"block {block_id} {threads}", "path": str(script), "argv": block_argv(assets, code, folder),
+    case = {"id": f"block {block_id} {threads}", "path": str(script), "argv": block_argv(assets, code, folder),
             "cwd": str(folder), "threads": threads}
+    if re.search(r"^\s*(from|import) ray\b", code, re.M):  # a local Ray starts its processes first (20-70 s)
+        case["timeout"] = 300
+    return case
 
 
 def claims(shown: str, printed: str) -> None:
