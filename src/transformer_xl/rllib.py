@@ -304,7 +304,7 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
         1]`` (module docstring), so the saved agent's mean is ``low + (mean + 1) (high - low) / 2`` and its
         standard deviation ``(high - low) / 2`` times the module's, RLlib's own mapping (``unsquash_action``):
         the saved agent acts as RLlib acts with the module."""
-        agent = self._agent_in_units(self.action_space, inverse=False)
+        agent = self._agent_in_units(self.action_space)
         if env_id:
             agent.config.env_id = env_id
         agent.save_pretrained(directory)
@@ -321,7 +321,7 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
             agent = _rescaled(copy, inverse=True)
         self.agent.load_state_dict(agent.state_dict())
 
-    def _agent_in_units(self, space, inverse: bool) -> MemoryAgent:
+    def _agent_in_units(self, space) -> MemoryAgent:
         """The module's agent, or (Box actions) a copy of it whose head acts within ``space``'s bounds."""
         if not self.agent.config.continuous:
             return self.agent
@@ -329,7 +329,7 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
                np.asarray(space.high, dtype=np.float64).reshape(-1).tolist()]
         copy = MemoryAgent(dataclasses.replace(self.agent.config, action_box=box))
         copy.load_state_dict(self.agent.state_dict())
-        return _rescaled(copy, inverse)
+        return _rescaled(copy, inverse=False)
 
 
 def _rescaled(agent: MemoryAgent, inverse: bool) -> MemoryAgent:
