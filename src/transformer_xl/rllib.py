@@ -316,9 +316,7 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
         if not isinstance(agent, MemoryAgent):
             agent = MemoryAgent.from_pretrained(agent)
         if agent.config.continuous:  # a copy: the caller's agent keeps its units
-            copy = MemoryAgent(agent.config)
-            copy.load_state_dict(agent.state_dict())
-            agent = _rescaled(copy, inverse=True)
+            agent = _mapped_copy(agent, agent.config, inverse=True)
         self.agent.load_state_dict(agent.state_dict())
 
     def _agent_in_units(self, space) -> MemoryAgent:
@@ -327,34 +325,32 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
             return self.agent
         box = [np.asarray(space.low, dtype=np.float64).reshape(-1).tolist(),
                np.asarray(space.high, dtype=np.float64).reshape(-1).tolist()]
-        copy = MemoryAgent(dataclasses.replace(self.agent.config, action_box=box))
-        copy.load_state_dict(self.agent.state_dict())
-        return _rescaled(copy, inverse=False)
+        return _mapped_copy(self.agent, dataclasses.replace(self.agent.config, action_box=box), inverse=False)
 
 
-def _rescaled(agent: MemoryAgent, inverse: bool) -> MemoryAgent:
-    """Box actions: ``agent``'s Gaussian head (weights changed in place) from RLlib's normalised units into the
-    bounds of ``agent.config.action_box`` (or back, ``inverse``): each mean ``m -> c + s m`` and each log-std
-    ``+ log s``, with ``s = (high - low) / 2``, ``c = (high + low) / 2``. Other agents as they are."""
-    if not agent.config.continuous:
-        return agent
-    low, high = (torch.tensor(side, dtype=torch.float64) for side in agent.config.action_box)
+def _mapped_copy(agent: MemoryAgent, config: AgentConfig, inverse: bool) -> MemoryAgent:
+    """A Box agent's weights in a new agent of ``config``, its Gaussian head mapped from RLlib's normalised units
+    into the bounds of ``config.action_box`` (or back, ``inverse``): each mean ``m -> c + s m`` and each log-std
+    ``+ log s``, with ``s = (high - low) / 2``, ``c = (high + low) / 2``."""
+    copy = MemoryAgent(config)
+    copy.load_state_dict(agent.state_dict())
+    low, high = (torch.tensor(side, dtype=torch.float64) for side in config.action_box)
     scale, centre = (high - low) / 2, (high + low) / 2
-    n = agent.config.n_actions
+    n = config.n_actions
     with torch.no_grad():
-        weight, bias = agent.policy.weight.double(), agent.policy.bias.double()
+        weight, bias = copy.policy.weight.double(), copy.policy.bias.double()
         if inverse:
             weight[:n], bias[:n] = weight[:n] / scale[:, None], (bias[:n] - centre) / scale
         else:
             weight[:n], bias[:n] = weight[:n] * scale[:, None], bias[:n] * scale + centre
         shift = -scale.log() if inverse else scale.log()
-        if agent.config.log_std == "parameter":
-            agent.log_std.copy_(agent.log_std.double() + shift)
+        if config.log_std == "parameter":
+            copy.log_std.copy_(copy.log_std.double() + shift)
         else:
             bias[n:] += shift
-        agent.policy.weight.copy_(weight)
-        agent.policy.bias.copy_(bias)
-    return agent
+        copy.policy.weight.copy_(weight)
+        copy.policy.bias.copy_(bias)
+    return copy
 
 
 def _core_names(config: AgentConfig) -> Tuple[str, ...]:
