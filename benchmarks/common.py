@@ -85,6 +85,14 @@ def jsonl_rows(path: Path) -> List[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def last_line(done) -> dict:
+    """The JSON object a child command (``--json``) printed last, or ``{"error": its last stderr line}`` when it
+    failed (``done``: a ``subprocess.CompletedProcess`` with text output)."""
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def first_reach(curve: List[dict], level: float) -> Optional[int]:
     """The first step of a learning curve (``[{"step", "mean_return"}]``) at which the return reached ``level``."""
     return next((p["step"] for p in curve if p["mean_return"] is not None and p["mean_return"] >= level), None)

@@ -43,7 +43,7 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch
-from common import cpu_description, first_reach, jsonl_rows
+from common import cpu_description, first_reach, jsonl_rows, last_line
 
 TASKS = ["popgym-PositionOnlyPendulumEasy-v0", "popgym-NoisyPositionOnlyPendulumEasy-v0", "mujoco-HalfCheetah-P-v5",
          "mujoco-Hopper-P-v5", "mujoco-Walker2d-P-v5", "mujoco-HalfCheetah-V-v5"]
@@ -53,12 +53,6 @@ AGENTS = [*TXL_AGENTS, *SB3_AGENTS]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 torch.set_num_threads(1)  # as in the runs, so that the line names them
 CPU = cpu_description()
-
-
-def last_line(done: subprocess.CompletedProcess) -> dict:
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_txl(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:

@@ -36,6 +36,7 @@ docs/RL.md, "RLlib". RLlib pays where the environments are spread over the machi
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -46,7 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description, first_reach, jsonl_rows
+from common import cpu_description, first_reach, jsonl_rows, last_line
 
 ENV_NAME = "rllib-scale-task"
 TASKS = {
@@ -116,11 +117,11 @@ def play(algo, task: str, directory: Path) -> dict:
         agent_dir = restored.get_module().save_agent(directory / "agent", env_id(task))
     finally:
         restored.stop()
-    done = subprocess.run([sys.executable, "-m", "transformer_xl", "rl-eval", str(agent_dir), "--episodes", "100",
-                           "--seed", "1000", "--threads", "1", "--json"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"txl rl-eval failed: {done.stderr.strip().splitlines()[-1:]}")
-    played = json.loads(done.stdout.strip().splitlines()[-1])
+    played = last_line(subprocess.run([sys.executable, "-m", "transformer_xl", "rl-eval", str(agent_dir),
+                                       "--episodes", "100", "--seed", "1000", "--threads", "1", "--json"],
+                                      capture_output=True, text=True))
+    if "error" in played:
+        raise SystemExit(f"txl rl-eval failed: {played['error']}")
     return {"rllib_eval_return": rllib_return, "rllib_eval_episodes": episodes,
             "txl_rl_eval_return": float(played["mean_return"]), "txl_rl_eval_episodes": int(played["episodes"])}
 
@@ -228,22 +229,18 @@ def main(argv=None) -> None:
         print(table(jsonl_rows(args.table)))
         return
     done = jsonl_rows(args.out) if args.out and args.out.exists() else []
-    key = lambda r: (r["task"], r["module"], r["runners"], r["seed"], r["budget"])  # noqa: E731
-    have, rows = {key(r) for r in done}, []
-    for task in args.tasks:
-        for module in args.modules:
-            for runners in args.runners:
-                for seed in range(1, args.seeds + 1):
-                    if (task, module, runners, seed, args.steps) in have:
-                        continue
-                    row = run(args, task, module, runners, seed)
-                    row["budget"] = args.steps
-                    rows.append(row)
-                    if args.out:
-                        with args.out.open("a") as f:
-                            f.write(json.dumps(row) + "\n")
-    print(table(rows + [r for r in done]) if rows or done else "nothing ran")
-
+    have = {(r["task"], r["module"], r["runners"], r["seed"], r["budget"]) for r in done}
+    rows = []
+    for task, module, runners, seed in itertools.product(args.tasks, args.modules, args.runners,
+                                                         range(1, args.seeds + 1)):
+        if (task, module, runners, seed, args.steps) in have:
+            continue
+        row = {**run(args, task, module, runners, seed), "budget": args.steps}
+        rows.append(row)
+        if args.out:
+            with args.out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+    print(table(done + rows) if done or rows else "nothing ran")
 
 if __name__ == "__main__":
     main()
