@@ -13,6 +13,9 @@ Agents:
 * ``recurrentppo``: sb3-contrib's ``RecurrentPPO("MlpLstmPolicy")`` at its defaults (needs ``pip install
   sb3-contrib``), ``ppo``: SB3's ``PPO("MlpPolicy")`` at its defaults, both on 16 environments under
   ``VecNormalize`` (as the RL Zoo runs MuJoCo);
+* ``recurrentppo-zoo``: ``RecurrentPPO`` at the RL Zoo's settings for the task (``hyperparams/ppo_lstm.yml``):
+  ``PendulumNoVel-v1``'s for the pendulums (the same task: the velocity hidden), ``HalfCheetah-v3``'s, ``Hopper-v3``'s
+  and ``Walker2d-v3``'s for those bodies (the Zoo tunes them on the full observation; it has no "-P" entries);
 * ``ppo-full``: SB3's ``PPO`` on the fully observed task (``HalfCheetah-v5``; the pendulum's Markov state through
   POPGym's ``Markovian`` wrapper): how much a policy can get when nothing is hidden.
 
@@ -48,11 +51,39 @@ from common import cpu_description, first_reach, jsonl_rows, last_line
 TASKS = ["popgym-PositionOnlyPendulumEasy-v0", "popgym-NoisyPositionOnlyPendulumEasy-v0", "mujoco-HalfCheetah-P-v5",
          "mujoco-Hopper-P-v5", "mujoco-Walker2d-P-v5", "mujoco-HalfCheetah-V-v5"]
 TXL_AGENTS = {"gtrxl": [], "gru": ["--core", "gru"], "none": ["--mem-len", "0"]}
-SB3_AGENTS = ["recurrentppo", "ppo", "ppo-full"]
+SB3_AGENTS = ["recurrentppo", "recurrentppo-zoo", "ppo", "ppo-full"]
 AGENTS = [*TXL_AGENTS, *SB3_AGENTS]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 torch.set_num_threads(1)  # as in the runs, so that the line names them
 CPU = cpu_description()
+
+
+# The RL Zoo's RecurrentPPO settings (hyperparams/ppo_lstm.yml), by the task's body; "normalize" is VecNormalize's.
+ZOO_MUJOCO_POLICY = {"log_std_init": -2, "ortho_init": False, "activation_fn": "ReLU",
+                     "net_arch": {"pi": [256, 256], "vf": [256, 256]}}
+ZOO = {
+    "Pendulum": {"n_envs": 4, "normalize": False, "n_steps": 1024, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10,
+                 "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2, "use_sde": True, "sde_sample_freq": 4},
+    "HalfCheetah": {"n_envs": 1, "normalize": True, "batch_size": 64, "n_steps": 512, "gamma": 0.98,
+                    "learning_rate": 2.0633e-05, "ent_coef": 0.000401762, "clip_range": 0.1, "n_epochs": 20,
+                    "gae_lambda": 0.92, "max_grad_norm": 0.8, "vf_coef": 0.58096, "policy_kwargs": ZOO_MUJOCO_POLICY},
+    "Hopper": {"n_envs": 1, "normalize": True, "batch_size": 32, "n_steps": 512, "gamma": 0.999,
+               "learning_rate": 9.80828e-05, "ent_coef": 0.00229519, "clip_range": 0.2, "n_epochs": 5,
+               "gae_lambda": 0.99, "max_grad_norm": 0.7, "vf_coef": 0.835671, "policy_kwargs": ZOO_MUJOCO_POLICY},
+    "Walker2d": {"n_envs": 1, "normalize": True, "batch_size": 32, "n_steps": 512, "gamma": 0.99,
+                 "learning_rate": 5.05041e-05, "ent_coef": 0.000585045, "clip_range": 0.1, "n_epochs": 20,
+                 "gae_lambda": 0.95, "max_grad_norm": 1.0, "vf_coef": 0.871923},
+}
+
+
+def sb3_settings(task: str, agent: str) -> dict:
+    """The constructor's keywords of an SB3 agent on a task, with ``n_envs`` and ``normalize`` (VecNormalize)."""
+    if agent != "recurrentppo-zoo":
+        return {"n_envs": 16, "normalize": True}
+    body = next((b for b in ZOO if b in task), None)
+    if body is None:
+        return {"error": f"the RL Zoo has no RecurrentPPO settings for {task}"}
+    return ZOO[body]
 
 
 def run_txl(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
@@ -94,10 +125,16 @@ def make():
     from popgym.core.observability import Observability
     from popgym.wrappers import Markovian
     return Markovian(gym.make(task).unwrapped, Observability.FULL)
-env = VecNormalize(make_vec_env(make, n_envs=16, seed=seed))
-if agent == "recurrentppo":
+settings = json.loads(sys.argv[5])
+n_envs, normalize = settings.pop("n_envs"), settings.pop("normalize")
+policy_kwargs = dict(settings.pop("policy_kwargs", {}))
+if "activation_fn" in policy_kwargs:
+    policy_kwargs["activation_fn"] = getattr(torch.nn, policy_kwargs["activation_fn"])
+env = make_vec_env(make, n_envs=n_envs, seed=seed)
+env = VecNormalize(env, gamma=settings.get("gamma", 0.99)) if normalize else env
+if agent.startswith("recurrentppo"):
     from sb3_contrib import RecurrentPPO
-    model = RecurrentPPO("MlpLstmPolicy", env, seed=seed, device="cpu")
+    model = RecurrentPPO("MlpLstmPolicy", env, seed=seed, device="cpu", policy_kwargs=policy_kwargs, **settings)
 else:
     model = PPO("MlpPolicy", env, seed=seed, device="cpu")
 curve = []
@@ -110,8 +147,10 @@ class Curve(BaseCallback):
 start = time.perf_counter()
 model.learn(total_timesteps=steps, callback=Curve())
 seconds = time.perf_counter() - start
-test = VecNormalize(make_vec_env(make, n_envs=1, seed=seed + 1000), training=False, norm_reward=False)
-test.obs_rms = env.obs_rms
+test = make_vec_env(make, n_envs=1, seed=seed + 1000)
+if normalize:
+    test = VecNormalize(test, training=False, norm_reward=False)
+    test.obs_rms = env.obs_rms
 evaluated, _ = evaluate_policy(model, test, n_eval_episodes=100, deterministic=True)
 print(json.dumps({"mean_return": curve[-1]["mean_return"], "evaluated": float(evaluated),
                   "steps": model.num_timesteps, "seconds": seconds, "curve": curve}))
@@ -119,8 +158,11 @@ print(json.dumps({"mean_return": curve[-1]["mean_return"], "evaluated": float(ev
 
 
 def run_sb3(task: str, agent: str, seed: int, steps: int) -> dict:
-    return last_line(subprocess.run([sys.executable, "-c", SB3_SCRIPT, task, agent, str(seed), str(steps)],
-                                    capture_output=True, text=True, env=ENV))
+    settings = sb3_settings(task, agent)
+    if "error" in settings:
+        return settings
+    return last_line(subprocess.run([sys.executable, "-c", SB3_SCRIPT, task, agent, str(seed), str(steps),
+                                     json.dumps(settings)], capture_output=True, text=True, env=ENV))
 
 
 def run_job(job: tuple, args, root: Path, out: Path) -> None:
@@ -142,6 +184,21 @@ def spread(values: List[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def largest_fall(curve: List[dict]) -> float:
+    """How far a learning curve fell below its running best once it had reached 90% of its best, as a fraction
+    of its best (0 when it never fell): the stability the goals ask for, "no fall of more than 10%"."""
+    values = [p["mean_return"] for p in curve if p["mean_return"] is not None]
+    best = max(values)
+    if best <= 0:
+        return 0.0
+    start = next(i for i, v in enumerate(values) if v >= 0.9 * best)
+    peak, fall = values[start], 0.0
+    for v in values[start:]:
+        peak = max(peak, v)
+        fall = max(fall, peak - v)
+    return fall / best
+
+
 def table(path: Path) -> str:
     rows: Dict[tuple, List[dict]] = {}
     for r in jsonl_rows(path):
@@ -152,15 +209,16 @@ def table(path: Path) -> str:
         if finals:
             best[task] = max(best.get(task, -1e9), statistics.mean(finals))
     lines = ["| task | agent | seeds | mean return (last 100 episodes) | evaluate_policy (100 episodes, most likely "
-             "actions) | steps to 90% of the best (median, runs) | steps/s while learning | wall time per run |",
-             "|---|---|---|---|---|---|---|---|"]
+             "actions) | steps to 90% of the best (median, runs) | largest fall after 90% of its best (runs over "
+             "10%) | steps/s while learning | wall time per run |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for task in dict.fromkeys(t for t, _ in rows):
         for agent in AGENTS:
             runs = [r for r in rows.get((task, agent), []) if "error" not in r and r.get("mean_return") is not None]
             if not runs:
                 errors = [r["error"] for r in rows.get((task, agent), []) if "error" in r]
                 if errors:
-                    lines.append(f"| {task} | {agent} | | cannot run: {errors[0][:80]} | | | | |")
+                    lines.append(f"| {task} | {agent} | | cannot run: {errors[0][:80]} | | | | | |")
                 continue
             finals = [r["mean_return"] for r in runs]
             evaluated = [r["evaluated"] for r in runs if r.get("evaluated") is not None]
@@ -168,10 +226,13 @@ def table(path: Path) -> str:
             hits = [h for h in (first_reach(r["curve"], level) for r in runs) if h] if level is not None else []
             reach = (f"{statistics.median(hits) / 1000:.0f}k ({len(hits)}/{len(runs)})" if hits
                      else f"never (0/{len(runs)})") if level is not None else "—"
+            falls = [largest_fall(r["curve"]) for r in runs]
+            fell = f"{max(falls):.0%} ({sum(f > 0.1 for f in falls)}/{len(runs)})"
             sps = statistics.mean(r["steps"] / r["seconds"] for r in runs)
             wall = statistics.mean(r["wall"] for r in runs)
             lines.append(f"| {task} | {agent} | {len(runs)} | {spread(finals)} | "
-                         f"{spread(evaluated) if evaluated else '—'} | {reach} | {sps:,.0f} | {wall / 60:.1f} min |")
+                         f"{spread(evaluated) if evaluated else '—'} | {reach} | {fell} | {sps:,.0f} | "
+                         f"{wall / 60:.1f} min |")
     return "\n".join(lines)
 
 

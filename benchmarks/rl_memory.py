@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, last_line
 
 AGENTS = {
     "GTrXL": [],
@@ -49,11 +49,10 @@ def run_one(task: str, flags: list, seed: int, steps: int, root: Path) -> dict:
     cmd = [sys.executable, "-m", "transformer_xl", "rl", task, "--seed", str(seed), "--threads", "1", "--json",
            "--no-progress", "--run-dir", str(run_dir), *flags] + (["--steps", str(steps)] if steps else [])
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = last_line(subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}))
     wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "error" in result:
+        raise SystemExit(f"{' '.join(cmd)} failed: {result['error']}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     hit = next((r["step"] for r in records if (r.get("mean_return") or -1e9) >= SOLVED), None)
     print(f"  {task} {' '.join(flags) or '(defaults)'} seed {seed}: mean return {result['mean_return']:.3f}, "

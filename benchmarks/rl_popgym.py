@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description, first_reach, jsonl_rows
+from common import cpu_description, first_reach, jsonl_rows, last_line
 
 EASY = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0", "popgym-CountRecallEasy-v0",
         "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0", "popgym-VelocityOnlyCartpoleEasy-v0",
@@ -72,10 +72,9 @@ def run_txl(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
     run_dir = root / f"{agent}-{task}-{seed}"
     cmd = [sys.executable, "-m", "transformer_xl", "rl", task, "--seed", str(seed), "--threads", "1", "--json",
            "--no-progress", "--run-dir", str(run_dir), *TXL_AGENTS[agent]] + (["--steps", str(steps)] if steps else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = last_line(subprocess.run(cmd, capture_output=True, text=True, env=ENV))
+    if "error" in result:
+        return result
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = [{"step": r["step"], "mean_return": r["mean_return"]} for r in records]
     return {"mean_return": result["mean_return"], "steps": result["steps"], "seconds": result["seconds"],
@@ -108,11 +107,8 @@ print(json.dumps({"mean_return": curve[-1]["mean_return"], "steps": model.num_ti
 
 
 def run_recurrentppo(task: str, seed: int, steps: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", RECURRENT, task, str(seed), str(steps)], capture_output=True,
-                          text=True, env=ENV)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return last_line(subprocess.run([sys.executable, "-c", RECURRENT, task, str(seed), str(steps)],
+                                    capture_output=True, text=True, env=ENV))
 
 
 # CleanRL's ppo_trxl.py makes its environments as gym.make(env_id, render_mode="debug_rgb_array"), does not import
@@ -177,10 +173,7 @@ def run_cleanrl(task: str, seed: int, steps: int, checkout: Path, python: str, r
     total = -(-steps // batch) * batch
     cmd = [python, "-c", CLEANRL_LAUNCH, str(script.resolve()), task, "--seed", str(seed),
            "--total-timesteps", str(total), *CLEANRL_FLAGS]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=run_root, env=ENV)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return last_line(subprocess.run(cmd, capture_output=True, text=True, cwd=run_root, env=ENV))
 
 
 # ---------------------------------------------------------------------------- the suite

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch
-from common import cpu_description, first_reach, jsonl_rows
+from common import cpu_description, first_reach, jsonl_rows, last_line
 
 HERE = Path(__file__).parent / "user_envs"
 #: (name, id, constructor arguments, flags): the flags are the documented ones for a memory longer than the default.
@@ -40,14 +40,13 @@ def run(task: tuple, seed: int, root: Path, out: Path) -> None:
     name, env_id, kwargs, flags = task
     run_dir = root / f"{name.replace(' ', '_').replace(',', '')}-{seed}"
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "transformer_xl", "rl", env_id, "--env-kwargs", json.dumps(kwargs),
-                           "--seed", str(seed), "--run-dir", str(run_dir), "--json", "--no-progress", *flags],
-                          capture_output=True, text=True, env=ENV, cwd=HERE)
+    result = last_line(subprocess.run([sys.executable, "-m", "transformer_xl", "rl", env_id, "--env-kwargs",
+                                       json.dumps(kwargs), "--seed", str(seed), "--run-dir", str(run_dir), "--json",
+                                       "--no-progress", *flags], capture_output=True, text=True, env=ENV, cwd=HERE))
     wall = time.perf_counter() - start
-    if done.returncode != 0:
-        row = {"error": done.stderr.strip().splitlines()[-1]}
+    if "error" in result:
+        row = {"error": result["error"]}
     else:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
         curve = [{"step": r["step"], "mean_return": r["mean_return"]}
                  for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
         row = {"mean_return": result["mean_return"], "steps": result["steps"], "seconds": result["seconds"],

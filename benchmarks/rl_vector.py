@@ -33,6 +33,8 @@ ENV_ID = "CostlyRepeat-v0"
 class CostlyRepeat(gym.Wrapper):
     """POPGym's RepeatPreviousEasy whose every step costs ``cost_ms`` more: slept (``wait``) or computed (``busy``)."""
 
+    metadata = {"render_modes": []}  # gymnasium >= 1.2 checks the class's own, which a Wrapper has as a property
+
     def __init__(self, cost_ms: float = 0.0, kind: str = "wait"):
         import popgym  # noqa: F401  registers the popgym-* ids
 
@@ -59,10 +61,11 @@ def run(vector: str, cost_ms: float, kind: str, steps: int, work: Path) -> float
            json.dumps({"cost_ms": cost_ms, "kind": kind}), "--vector", vector, "--steps", str(steps), "--threads",
            "1", "--json", "--no-progress", "--run-dir", str(run_dir)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: {done.stderr.strip().splitlines()[-1]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    from common import last_line  # here, not above: the children import this file as the environment's module
+
+    result = last_line(subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, env=env))
+    if "error" in result:
+        raise SystemExit(f"{' '.join(cmd)}: {result['error']}")
     return result["steps"] / result["seconds"]
 
 
