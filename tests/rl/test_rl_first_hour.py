@@ -289,6 +289,24 @@ def test_bad_environment_arguments_are_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_registered_wrapper_without_its_own_metadata_is_one_line_that_says_so(tmp_path):
+    """gymnasium >= 1.2 checks an entry point's class ``metadata``, a property on a Wrapper, and its message names
+    the wrong object ("actual type: <class 'module'>"): the line says what to add."""
+    (tmp_path / "wrapped.py").write_text(
+        "import gymnasium as gym\n"
+        "class Slow(gym.Wrapper):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(gym.make('CartPole-v1'))\n"
+        "gym.register('Slow-v0', entry_point=Slow)\n")
+    done = txl(tmp_path, "rl", "wrapped:Slow-v0", "--run-dir", "run", *TINY)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "InvalidMetadata" in done.stderr and 'metadata = {"render_modes": []}' in done.stderr
+    (tmp_path / "wrapped.py").write_text((tmp_path / "wrapped.py").read_text().replace(
+        "class Slow(gym.Wrapper):\n", "class Slow(gym.Wrapper):\n    metadata = {'render_modes': []}\n"))
+    done = txl(tmp_path, "rl", "wrapped:Slow-v0", "--steps", "128", "--run-dir", "run", *TINY)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_end_of_a_run_says_what_its_numbers_suggest():
     """A return that has not moved from its start names --steps, --mem-len and --gamma; episodes longer than the
     memory name --mem-len with a length that holds them; a run that learnt, within its memory, says nothing."""

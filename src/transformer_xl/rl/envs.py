@@ -166,7 +166,11 @@ def make_envs(env, n: int, seed: int, env_kwargs: Optional[dict] = None, vector:
         vector_class = SyncVectorEnv if vector == "sync" else AsyncVectorEnv
         envs = vector_class([make for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
     except Exception as exc:  # an environment's constructor can raise anything
-        raise ConfigError(f"env: {name} could not be created ({type(exc).__name__}: {one_line(exc)})") from None
+        hint = ""
+        if type(exc).__name__ == "InvalidMetadata":  # gymnasium's own message names the wrong object
+            hint = ("; its class needs its own `metadata` dict, e.g. metadata = {\"render_modes\": []} (a "
+                    "gymnasium.Wrapper registered as an entry point has only the wrapped one's)")
+        raise ConfigError(f"env: {name} could not be created ({type(exc).__name__}: {one_line(exc)}){hint}") from None
     check_action_space(envs.single_action_space, name)
     obs, _ = envs.reset(seed=seed)
     envs.single_action_space.seed(seed)
