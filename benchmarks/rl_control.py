@@ -178,10 +178,10 @@ def run_job(job: tuple, args, root: Path, out: Path) -> None:
     print(f"  {task} {agent} seed {seed}: {shown}", flush=True)
 
 
-def spread(values: List[float]) -> str:
+def spread(values: List[float], digits: int = 2) -> str:
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+        return f"{values[0]:,.{digits}f}"
+    return f"{statistics.mean(values):,.{digits}f} ± {statistics.stdev(values):,.{digits}f}"
 
 
 def largest_fall(curve: List[dict]) -> float:
@@ -221,6 +221,7 @@ def table(path: Path) -> str:
                     lines.append(f"| {task} | {agent} | | cannot run: {errors[0][:80]} | | | | | |")
                 continue
             finals = [r["mean_return"] for r in runs]
+            digits = 0 if task.startswith("mujoco-") else 2  # MuJoCo's returns in whole units, POPGym's in [-1, 1]
             evaluated = [r["evaluated"] for r in runs if r.get("evaluated") is not None]
             level = 0.9 * best[task] if best[task] > 0 else None
             hits = [h for h in (first_reach(r["curve"], level) for r in runs) if h] if level is not None else []
@@ -230,8 +231,8 @@ def table(path: Path) -> str:
             fell = f"{max(falls):.0%} ({sum(f > 0.1 for f in falls)}/{len(runs)})"
             sps = statistics.mean(r["steps"] / r["seconds"] for r in runs)
             wall = statistics.mean(r["wall"] for r in runs)
-            lines.append(f"| {task} | {agent} | {len(runs)} | {spread(finals)} | "
-                         f"{spread(evaluated) if evaluated else '—'} | {reach} | {fell} | {sps:,.0f} | "
+            lines.append(f"| {task} | {agent} | {len(runs)} | {spread(finals, digits)} | "
+                         f"{spread(evaluated, digits) if evaluated else '—'} | {reach} | {fell} | {sps:,.0f} | "
                          f"{wall / 60:.1f} min |")
     return "\n".join(lines)
 
