@@ -242,5 +242,6 @@ def main(argv=None) -> None:
                 f.write(json.dumps(row) + "\n")
     print(table(done + rows) if done or rows else "nothing ran")
 
+
 if __name__ == "__main__":
     main()

@@ -157,6 +157,7 @@ def make_envs(env, n: int, seed: int, env_kwargs: Optional[dict] = None, vector:
     ``seed .. seed+n-1``; ``vector``: ``sync`` (one process) or ``async`` (a process per copy). Returns
     ``(envs, first_observations)``."""
     make = env_factory(env, env_kwargs)
+    from gymnasium.error import InvalidMetadata
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # the rl extra, imported on use
 
     if vector not in VECTORS:
@@ -167,7 +168,7 @@ def make_envs(env, n: int, seed: int, env_kwargs: Optional[dict] = None, vector:
         envs = vector_class([make for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
     except Exception as exc:  # an environment's constructor can raise anything
         hint = ""
-        if type(exc).__name__ == "InvalidMetadata":  # gymnasium's own message names the wrong object
+        if isinstance(exc, InvalidMetadata):  # gymnasium's own message names the wrong object
             hint = ("; its class needs its own `metadata` dict, e.g. metadata = {\"render_modes\": []} (a "
                     "gymnasium.Wrapper registered as an entry point has only the wrapped one's)")
         raise ConfigError(f"env: {name} could not be created ({type(exc).__name__}: {one_line(exc)}){hint}") from None
