@@ -65,7 +65,7 @@ def test_empty_config_section_is_an_empty_mapping(tmp_path):
     assert cfg.model.d_model == 64 and cfg.model.n_layer == 4 and cfg.train.max_steps == 7
 
 
-EXPECTED_CORPORA = "expected one of wt103, wt2, ptb, enwik8, text8, lm1b, shakespeare, default, text"
+EXPECTED_CORPORA = "expected one of wt103, wt2, ptb, enwik8, text8, lm1b, shakespeare, default, stdlib, text"
 
 
 def test_unknown_corpus_names_the_flags_in_train(tmp_path, capsys):
@@ -90,7 +90,8 @@ def test_unknown_corpus_in_python_names_the_function():
     from transformer_xl.errors import DataError
 
     with pytest.raises(DataError, match=r"^unknown corpus 'nosuch'; known corpora: wt103, wt2, ptb, enwik8, text8, "
-                                        r"lm1b, shakespeare, default \(or use load_text_corpus for your own files\)$"):
+                                        r"lm1b, shakespeare, default, stdlib "
+                                        r"\(or use load_text_corpus for your own files\)$"):
         load_corpus("nosuch")
 
 

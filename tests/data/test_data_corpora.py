@@ -17,6 +17,7 @@ from transformer_xl.data import (
     Vocab,
     load_corpus,
     load_default_corpus,
+    load_stdlib_corpus,
     load_text_corpus,
 )
 from transformer_xl.data import corpus as corpus_module
@@ -201,6 +202,40 @@ def test_default_corpus_is_deterministic_real_text(tmp_path, monkeypatch):
     stdlib = __import__("sysconfig").get_paths()["stdlib"]
     first = open(f"{stdlib}/{files[0][0]}", "rb").read()
     assert data.startswith(first) and b"def " in data and b"import " in data
+
+
+def test_stdlib_corpus_is_every_library_file_once_and_reproducible(tmp_path, monkeypatch):
+    """The study corpus: every .py of the standard library (tests included) in exactly one split, chosen by a hash
+    of its path, concatenated in sorted order; two builds give the same bytes, and the cache is read, not rebuilt."""
+    import hashlib
+    import os
+    import sysconfig
+
+    a = load_stdlib_corpus(cache_dir=tmp_path / "a")
+    b = load_corpus("stdlib", cache_dir=tmp_path / "b")  # built again from the files, independently
+    monkeypatch.setattr(corpus_module, "stdlib_parts", lambda *args: pytest.fail("the stdlib corpus was rebuilt"))
+    assert np.array_equal(load_stdlib_corpus(cache_dir=tmp_path / "a").valid, a.valid)
+    assert isinstance(a.vocab, ByteVocab) and a.metric == "bits_per_byte"
+    base = sysconfig.get_paths()["stdlib"]
+    expected = []  # recomputed here from the rule the docs state
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__")
+                       and not d.startswith(".")]
+        expected += [os.path.relpath(os.path.join(dirpath, f), base).replace(os.sep, "/") for f in filenames
+                     if f.endswith(".py") and os.path.getsize(os.path.join(dirpath, f)) > 0]
+    listed = {s: [f[0] for f in a.meta["splits"][s]["files"]] for s in ("train", "valid", "test")}
+    assert sorted(sum(listed.values(), [])) == sorted(expected)
+    for split, names in listed.items():
+        assert names == sorted(names) and names
+        assert all({0: "valid", 1: "test"}.get(hashlib.sha256(n.encode()).digest()[0] % 20, "train") == split
+                   for n in names)
+        data = b"".join(open(os.path.join(base, n), "rb").read() for n in names)
+        assert np.asarray(a.split(split), dtype=np.uint8).tobytes() == data
+        assert np.array_equal(a.split(split), b.split(split))
+        assert a.meta["splits"][split]["sha256"] == b.meta["splits"][split]["sha256"] == \
+            hashlib.sha256(data).hexdigest()
+    assert any(n.startswith("test/") for n in listed["train"])  # tests included, unlike the default corpus
+    assert a.train.size > 10 * (a.valid.size + a.test.size) / 2 > 0
 
 
 # --------------------------------------------------------------------------------------------- user text

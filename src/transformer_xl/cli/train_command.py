@@ -22,7 +22,8 @@ from ..training.signals import StopNow, exit_status
 COMMON_OPTIONS = {
     "data": [
         ("data", "dataset", "NAME", "the corpus: wt103, wt2, ptb, enwik8, text8, lm1b, shakespeare, default (the "
-                                    "built-in byte-level corpus), or text: your own files"),
+                                    "built-in byte-level corpus), stdlib (all of the standard library's source, "
+                                    "31 MB), or text: your own files"),
         ("data", "data_dir", "DIR", "a local copy of the named corpus (default: downloaded into the cache)"),
         ("data", "train_file", "FILE", "with --dataset text: the training text"),
         ("data", "valid_file", "FILE", "with --dataset text (default: the last 5%% of the training text)"),

@@ -8,6 +8,7 @@ Quick tour::
     corpus = load_corpus("wt103")              # download, preprocess as the paper's code, cache
     corpus = load_corpus("ptb", data_dir="data/ptb")
     corpus = load_corpus("default")            # offline: the Python standard library's source, byte level
+    corpus = load_corpus("stdlib")             # all of it (about 31 MB), tests included, whole files per split
     corpus = load_text_corpus("my.txt", level="bpe")
     corpus = load_run_corpus(run_config.data)  # what a run's data: section names (training.DataConfig)
     vocab = read_hf_vocab("transfo-xl-wt103/vocab.pkl")   # HuggingFace's pickle, read without running it
@@ -29,6 +30,7 @@ from .corpus import (
     Corpus,
     load_corpus,
     load_default_corpus,
+    load_stdlib_corpus,
     load_text_corpus,
     metric_name,
     split_sizes,
@@ -43,6 +45,7 @@ from .stdlib import DEFAULT_CORPUS_BYTES
 __all__ = [
     "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "HFVocab", "KNOWN_CORPORA", "LEVELS",
     "LMOrderedIterator", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "align_labels", "cache_root",
-    "download_file", "load_corpus", "load_default_corpus", "load_plain_pickle", "load_run_corpus", "load_text_corpus",
+    "download_file", "load_corpus", "load_default_corpus", "load_plain_pickle", "load_run_corpus", "load_stdlib_corpus",
+    "load_text_corpus",
     "load_vocab", "metric_name", "original_vocab", "read_hf_vocab", "split_sizes", "verify_file",
 ]

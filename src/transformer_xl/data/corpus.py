@@ -12,6 +12,7 @@ name           level  preprocessing (as ``data_utils.py`` / ``getdata.sh`` / ``p
                       train = the training shards in sorted order, valid = test = heldout shard 00000
 ``shakespeare`` char  tiny-shakespeare, every character kept; first 90% / next 5% / last 5%
 ``default``    byte   Python's own standard-library source (see :mod:`.stdlib`), 90/5/5
+``stdlib``     byte   all of it, tests included (about 31 MB); whole files to each split, by a hash of the path
 =============  =====  ====================================================================================
 
 Vocabularies of the named corpora are ordered as the original's ``Counter.most_common`` over the same files,
@@ -50,7 +51,15 @@ from ..text.vocab import EOS, ByteVocab, Tokenizer, Vocab
 from .corpus_cache import SPLITS, cache_root, corpus_dir, load_corpus_files, save_corpus
 from .download import Member, MemberPattern, RemoteFile, download_file, extract_members
 from .iterator import LMOrderedIterator
-from .stdlib import DEFAULT_CORPUS_BYTES, describe_sources, read_sources, select_sources
+from .stdlib import (
+    DEFAULT_CORPUS_BYTES,
+    describe_parts,
+    describe_sources,
+    read_sources,
+    select_sources,
+    stdlib_parts,
+    stdlib_sources,
+)
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +436,7 @@ SPECS: Mapping[str, CorpusSpec] = MappingProxyType({spec.name: spec for spec in 
         ()),
 )})
 
-KNOWN_CORPORA = (*SPECS, "default")  # in the order of the module docstring's table
+KNOWN_CORPORA = (*SPECS, "default", "stdlib")  # in the order of the module docstring's table
 
 
 def check_dataset(name: str, own_files: str) -> None:
@@ -568,6 +577,8 @@ def load_corpus(name: str, data_dir: Optional[PathLike] = None, cache_dir: Optio
     root = cache_root(cache_dir)
     if str(name).strip().lower() == "default":
         return load_default_corpus(cache_dir=root)
+    if str(name).strip().lower() == "stdlib":
+        return load_stdlib_corpus(cache_dir=root)
     spec = _spec(name)
     if data_dir is not None:
         inputs = _from_data_dir(spec, Path(data_dir).expanduser(), root)
@@ -592,6 +603,21 @@ def load_default_corpus(cache_dir: Optional[PathLike] = None, n_bytes: int = DEF
         return vocab, {s: vocab.encode(parts[s], dtype=np.uint8) for s in SPLITS}, describe_sources(files, data)
 
     return _load_or_build(root, "default", "byte", key, build)
+
+
+def load_stdlib_corpus(cache_dir: Optional[PathLike] = None) -> Corpus:
+    """All of the standard library's source, tests included, each file whole in one split (see :mod:`.stdlib`)."""
+    root = cache_root(cache_dir)
+    files = stdlib_sources()
+    key = {"corpus": "stdlib", "split": "sha256(path)[0] % 20: 0 valid, 1 test",
+           "files": [[f.relpath, f.size, f.mtime_ns] for f in files], "stdlib": str(files[0].path.parent)}
+
+    def build() -> Built:
+        parts = stdlib_parts(files)
+        vocab = ByteVocab()
+        return vocab, {s: vocab.encode(parts[s], dtype=np.uint8) for s in SPLITS}, describe_parts(files, parts)
+
+    return _load_or_build(root, "stdlib", "byte", key, build)
 
 
 # ---------------------------------------------------------------------------------------------- user text
