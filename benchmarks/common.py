@@ -53,18 +53,22 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def cpu_model_name(default: str = "unknown") -> str:
+    """The CPU's model name from /proc/cpuinfo (``default`` where there is none)."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return default
+
+
 def cpu_description() -> str:
     """``CPU: <model name> | <the vector and matrix flags that decide the kernels>``, from /proc/cpuinfo."""
     from transformer_xl.devices import cpu_flags  # the flags the package itself decides bf16 by
 
-    model, flags = "unknown", cpu_flags() or set()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model, flags = cpu_model_name(), cpu_flags() or set()
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
     shown = " ".join(f for f in wanted if f in flags) or "none of avx2/avx512/amx"
     return f"CPU: {model} | {shown} | torch {torch.__version__}, {torch.get_num_threads()} threads"

@@ -113,7 +113,7 @@ def test_paired_difference():
 
 
 def test_longmem_configs_share_the_budget():
-    """The three models of benchmarks/long_memory.sh differ only as intended, at equal parameter count."""
+    """The three models of benchmarks/long_memory.py differ only as intended, at equal parameter count."""
     from transformer_xl.model import TransformerXL
     from transformer_xl.training.run_config import load_run_config
 
@@ -121,7 +121,7 @@ def test_longmem_configs_share_the_budget():
     for c in cfgs.values():
         assert (c.train.max_steps, c.train.batch_size, c.train.lr, c.train.seed) == \
             (cfgs["xl"].train.max_steps, cfgs["xl"].train.batch_size, cfgs["xl"].train.lr, cfgs["xl"].train.seed)
-        assert c.data.dataset == "default" and c.model.tgt_len == cfgs["xl"].model.tgt_len
+        assert c.data.dataset == "stdlib" and c.model.tgt_len == cfgs["xl"].model.tgt_len
     L = cfgs["xl"].model.tgt_len
     assert (cfgs["xl"].model.attn_type, cfgs["xl"].model.mem_len) == (0, L)
     assert (cfgs["vanilla"].model.attn_type, cfgs["vanilla"].model.mem_len) == (2, 0)
