@@ -79,10 +79,6 @@ class Stage:
     L: int = 0
     budget: int = 0
 
-    @property
-    def batch(self) -> int:
-        return 0
-
     def describe(self, plan: dict) -> str:
         if self.kind == "heldout":
             return f"txl eval on {plan['heldout']['files']} files of {plan['heldout']['package']}"
@@ -128,10 +124,15 @@ def batch_and_steps(plan: dict, L: int, budget: int) -> Tuple[int, int]:
     return rows, max(1, round(budget / (rows * L)))
 
 
+def stage_name(model: str, L: int, budget: int) -> str:
+    """``xl-L128-16M``: a training stage's name, its run folder's and its table's."""
+    return f"{model}-L{L}-{size_label(budget)}"
+
+
 def all_stages(plan: dict) -> List[Stage]:
-    out = [Stage(f"xl-L{L}-{size_label(b)}", "train", "xl", L, b) for L in plan["lengths"] for b in plan["budgets"]]
+    out = [Stage(stage_name("xl", L, b), "train", "xl", L, b) for L in plan["lengths"] for b in plan["budgets"]]
     L, b = plan["main"]["length"], plan["main"]["budget"]
-    out += [Stage(f"{kind}-L{L}-{size_label(b)}", "train", kind, L, b) for kind in plan["controls"]]
+    out += [Stage(stage_name(kind, L, b), "train", kind, L, b) for kind in plan["controls"]]
     out.append(Stage("distance", "distance"))
     if plan.get("heldout"):
         out.append(Stage("heldout", "heldout"))
@@ -140,16 +141,16 @@ def all_stages(plan: dict) -> List[Stage]:
 
 
 def main_stage(plan: dict, model: str = "xl") -> str:
-    return f"{model}-L{plan['main']['length']}-{size_label(plan['main']['budget'])}"
+    return stage_name(model, plan["main"]["length"], plan["main"]["budget"])
 
 
 # ------------------------------------------------------------------------------------------------ helpers
 def write_json(path: Path, obj) -> None:
     """Atomically: a finished stage is its JSON file, whole or absent."""
+    from transformer_xl.files import write_json as atomic_write_json
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_json(path, obj, indent=1)
 
 
 def txl_command() -> List[str]:
@@ -198,33 +199,18 @@ def train_args(plan: dict, stage: Stage, run_dir: Path) -> List[str]:
     return args + [str(a) for a in plan.get("train_args", [])]
 
 
-def checkpoints(run_dir: Path) -> List[Path]:
-    """The run's complete checkpoints, oldest first."""
-    folder = run_dir / "checkpoints"
-    return sorted(p for p in folder.iterdir() if (p / "COMPLETE").is_file()) if folder.is_dir() else []
-
-
-def checkpoint_step(path: Path) -> int:
-    return int(path.name.rpartition("_")[2])
-
-
 def final_checkpoint(run_dir: Path) -> Path:
     """The checkpoint at the end of training (the budget spent), not the one that validated best."""
-    found = checkpoints(run_dir)
-    if not found:
+    from transformer_xl.checkpoints.hub import latest_checkpoint
+
+    found = latest_checkpoint(run_dir)
+    if found is None:
         raise StudyError(f"{run_dir} has no complete checkpoint")
-    return found[-1]
+    return found
 
 
 def has_checkpoint(run_dir: Path) -> bool:
     return (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
-
-
-def last_metrics(run_dir: Path) -> List[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def wait_for_training(cmd: List[str], log) -> int:
@@ -276,8 +262,11 @@ def run_training(plan: dict, stage: Stage, run_dir: Path, resume: bool) -> dict:
         fh.flush()
         rc = wait_for_training(cmd, fh)
     wall = time.perf_counter() - start
-    metrics = [m for m in last_metrics(run_dir) if m.get("split") == "train"]
-    step = max([metrics[-1]["step"] if metrics else 0] + [checkpoint_step(p) for p in checkpoints(run_dir)])
+    from transformer_xl.checkpoints.hub import checkpoint_step, latest_checkpoint
+    from transformer_xl.training.metrics_log import read_metrics
+
+    metrics = [m for m in read_metrics(run_dir) if m.get("split") == "train"]
+    step = max(metrics[-1]["step"] if metrics else 0, checkpoint_step(latest_checkpoint(run_dir)))
     if rc in (130, 143) or rc < 0:
         raise StudyError(f"stage {stage.name}: training stopped at step {step:,} of {steps:,} (exit {rc}); "
                          f"run again with --resume to continue it")
@@ -320,9 +309,15 @@ def xl_label(M: int, clamp: int) -> str:
     return f"M={M}, same_length" + (f", clamp {clamp}" if clamp > 0 else "")
 
 
-def clamped_key(M: int, L: int, clamp: int) -> str:
-    """The clamped row's entry at memory M: the unclamped one where the clamp changes nothing."""
+def clamped_key(M: int, clamp: int) -> str:
+    """The entry at memory M of the row clamped at ``clamp`` (-1: unclamped): the unclamped one where the clamp
+    changes nothing."""
     return xl_label(M, clamp if M > clamp else -1)
+
+
+def gain_key(M: int, clamp: int) -> str:
+    """A gain table's entry at memory M of the row clamped at ``clamp`` (-1: unclamped)."""
+    return f"{'no clamp' if clamp < 0 else f'clamp {clamp}'} | M={M}"
 
 
 def eval_rows(plan: dict, data) -> Tuple[int, int]:
@@ -383,9 +378,9 @@ def gains(losses: Dict[str, np.ndarray], L: int, ev: dict) -> dict:
         table = {}
         for c in (-1, clamp):
             for k in ev["multiples"]:
-                key = xl_label(k * L, -1) if c < 0 else clamped_key(k * L, L, clamp)
+                key = clamped_key(k * L, c)
                 mean, se = paired_difference(losses[ref_key], losses[key], block=int(ev["block"]))
-                table[f"{'no clamp' if c < 0 else f'clamp {clamp}'} | M={k * L}"] = \
+                table[gain_key(k * L, c)] = \
                     {"gain": mean / LN2, "se": se / LN2, "z": mean / se if se > 0 else float("nan")}
         out[ref_name] = table
     return out
@@ -429,16 +424,16 @@ def distance_stage(plan: dict, out: Path) -> dict:
     gain = {}
     for k in mults[1:]:
         for c in (-1, int(plan["eval"]["clamp"]) * L):
-            key = xl_label(k * L, -1) if c < 0 else clamped_key(k * L, L, c)
+            key = clamped_key(k * L, c)
             gain[key] = {lab: dict(zip(("gain", "se"), (v / LN2 for v in paired_difference(ref, xl[key], m))))
                          for lab, m in masks.items()}
     return {"ngram": n, "L": L, "tokens": int(d.size), "counts": {lab: int(m.sum()) for lab, m in masks.items()},
             "bpc": table, "gain_vs_L": gain}
 
 
-def heldout_files(spec: dict) -> List[Path]:
-    """``files`` source files of the installed package ``package`` between ``min_bytes`` and ``max_bytes``,
-    spread evenly over their sorted relative paths: the same files for the same package version."""
+def heldout_files(spec: dict) -> Tuple[Path, List[Path]]:
+    """The installed package ``package``'s folder and ``files`` of its source files between ``min_bytes`` and
+    ``max_bytes``, spread evenly over their sorted relative paths: the same files for the same package version."""
     import importlib.util
 
     found = importlib.util.find_spec(spec["package"])
@@ -451,7 +446,7 @@ def heldout_files(spec: dict) -> List[Path]:
     k = int(spec["files"])
     if len(cands) < k:
         raise StudyError(f"heldout: {spec['package']} has only {len(cands)} files of the wanted size")
-    return [cands[(2 * i + 1) * len(cands) // (2 * k)] for i in range(k)]
+    return base, [cands[(2 * i + 1) * len(cands) // (2 * k)] for i in range(k)]
 
 
 def heldout_stage(plan: dict, out: Path) -> dict:
@@ -459,13 +454,13 @@ def heldout_stage(plan: dict, out: Path) -> dict:
     as a user runs it: the gain of each memory over M = L, per block and paired over blocks."""
     import importlib.metadata
 
+    from common import last_line  # benchmarks/common.py, beside this script
+
     spec, L = plan["heldout"], plan["main"]["length"]
     model_dir = final_checkpoint(out / main_stage(plan))
-    files = heldout_files(spec)
-    base = files[0]
-    while base.name != spec["package"]:
-        base = base.parent
+    base, files = heldout_files(spec)
     cache = out / "heldout-cache"
+    env = {**os.environ, "OMP_NUM_THREADS": str(plan["threads"])} if plan["threads"] else None
     results = []
     for i, f in enumerate(files):
         row = {"file": f.relative_to(base.parent).as_posix(), "bytes": f.stat().st_size,
@@ -474,12 +469,9 @@ def heldout_stage(plan: dict, out: Path) -> dict:
             cmd = txl_command() + ["eval", str(model_dir), "--dataset", "text", "--test-file", str(f),
                                    "--batch-size", "1", "--same-length", "--mem-len", str(k * L), "--json",
                                    "--cache-dir", str(cache)]
-            if plan["threads"]:
-                os.environ["OMP_NUM_THREADS"] = str(plan["threads"])
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise StudyError(f"heldout: txl eval failed on {f}: {(proc.stderr or proc.stdout).strip()[-300:]}")
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            res = last_line(subprocess.run(cmd, capture_output=True, text=True, env=env))
+            if "error" in res:
+                raise StudyError(f"heldout: txl eval failed on {f}: {res['error']}")
             row["bpc"][str(k * L)] = res["loss"] / LN2
             row["tokens"] = res.get("tokens")
         results.append(row)
@@ -575,15 +567,15 @@ def model_stage(plan: dict, out: Path, results: Path) -> dict:
     table = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
     L = plan["main"]["length"]
     ev = table["eval"]
-    g = table["gain"]["vs_L"][f"no clamp | M={4 * L}"]
+    g = table["gain"]["vs_L"][gain_key(4 * L, -1)]
     heldout_text = ""
     if (plan.get("heldout") or {}).get("example") and (results / "heldout.json").is_file():
-        heldout_text = heldout_readme(plan, results, f"{results.as_posix()}/model", L)
+        heldout_text = heldout_readme(plan, results, dest.as_posix(), L)
     cfg = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
     n_params = table.get("params") or 0
     text = MODEL_README.format(
         L=L, params=n_params, stage=name, budget=size_label(plan["main"]["budget"]), python=table["machine"]["python"],
-        precision=plan["precision"], cpu=table["machine"]["cpu"], folder=f"{results.as_posix()}/model",
+        precision=plan["precision"], cpu=table["machine"]["cpu"], folder=dest.as_posix(),
         rows=ev["rows"], steps=ev["predictions_per_row"] // L, M4=4 * L, bpc_L=table["bpc"][xl_label(L, -1)],
         bpc_4L=table["bpc"][xl_label(4 * L, -1)], gain=g["gain"], se=g["se"], heldout_text=heldout_text)
     (tmp / "README.md").write_text(text, encoding="utf-8")
@@ -600,7 +592,7 @@ def summary_stage(plan: dict, results: Path, plot: Optional[str]) -> dict:
     ev, rows = plan["eval"], {}
     for L in plan["lengths"]:
         for b in plan["budgets"]:
-            name = f"xl-L{L}-{size_label(b)}"
+            name = stage_name("xl", L, b)
             path = results / f"{name}.json"
             if not path.is_file():
                 continue
@@ -625,8 +617,8 @@ def print_summary(plan: dict, rows: dict) -> None:
     for name, r in rows.items():
         L = r["L"]
         for clamp in (-1, int(plan["eval"]["clamp"]) * L):
-            cells = [r["bpc"][xl_label(k * L, -1) if clamp < 0 else clamped_key(k * L, L, clamp)] for k in mults]
-            g = r["gain_vs_L"][f"{'no clamp' if clamp < 0 else f'clamp {clamp}'} | M={4 * L}"]
+            cells = [r["bpc"][clamped_key(k * L, clamp)] for k in mults]
+            g = r["gain_vs_L"][gain_key(4 * L, clamp)]
             best = mults[int(np.argmin(cells))]
             print(f"| {name}{'' if clamp < 0 else f', clamp {clamp}'} | " + " | ".join(f"{c:.4f}" for c in cells) +
                   f" | {g['gain']:+.4f} ± {g['se']:.4f} | {best}L |")

@@ -46,6 +46,5 @@ __all__ = [
     "BPETokenizer", "ByteVocab", "CACHE_ENV", "Corpus", "DEFAULT_CORPUS_BYTES", "HFVocab", "KNOWN_CORPORA", "LEVELS",
     "LMOrderedIterator", "ORIGINAL_CORPORA", "RemoteFile", "Tokenizer", "Vocab", "align_labels", "cache_root",
     "download_file", "load_corpus", "load_default_corpus", "load_plain_pickle", "load_run_corpus", "load_stdlib_corpus",
-    "load_text_corpus",
-    "load_vocab", "metric_name", "original_vocab", "read_hf_vocab", "split_sizes", "verify_file",
+    "load_text_corpus", "load_vocab", "metric_name", "original_vocab", "read_hf_vocab", "split_sizes", "verify_file",
 ]

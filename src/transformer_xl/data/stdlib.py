@@ -25,7 +25,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..errors import DataError
 
@@ -65,20 +65,26 @@ def _walk_py_files(base: Path, skip: frozenset = SKIP_DIRS) -> List[Tuple[str, P
     return sorted(found)
 
 
-def select_sources(target_bytes: int = DEFAULT_CORPUS_BYTES, base: Path = None) -> List[SourceFile]:
-    """The files that make up the corpus: sorted, whole, until their sizes add up to ``target_bytes``."""
+def _source_files(base: Optional[Path], skip: frozenset, corpus: str) -> Iterator[SourceFile]:
+    """Every non-empty ``*.py`` file under ``base`` (the standard library) outside ``skip``, in sorted order."""
     base = base or stdlib_dir()
     if not base.is_dir():
-        raise DataError(f"cannot build the default corpus: the standard library directory {base} does not exist")
-    chosen, total = [], 0
-    for rel, path in _walk_py_files(base):
+        raise DataError(f"cannot build the {corpus} corpus: the standard library directory {base} does not exist")
+    for rel, path in _walk_py_files(base, skip):
         st = path.stat()
-        if st.st_size == 0:
-            continue
-        chosen.append(SourceFile(rel, path, st.st_size, st.st_mtime_ns))
-        total += st.st_size
+        if st.st_size:
+            yield SourceFile(rel, path, st.st_size, st.st_mtime_ns)
+
+
+def select_sources(target_bytes: int = DEFAULT_CORPUS_BYTES, base: Optional[Path] = None) -> List[SourceFile]:
+    """The files that make up the corpus: sorted, whole, until their sizes add up to ``target_bytes``."""
+    chosen, total = [], 0
+    for f in _source_files(base, SKIP_DIRS, "default"):
+        chosen.append(f)
+        total += f.size
         if total >= target_bytes:
             return chosen
+    base = base or stdlib_dir()
     if total < target_bytes // 4:
         raise DataError(f"cannot build the default corpus: only {total} bytes of .py files under {base}")
     log.warning("default corpus: the standard library has only %d bytes of .py files (wanted %d)", total,
@@ -111,27 +117,25 @@ def split_of(relpath: str) -> str:
     return {0: "valid", 1: "test"}.get(k, "train")
 
 
-def stdlib_sources(base: Path = None) -> List[SourceFile]:
+def stdlib_sources(base: Optional[Path] = None) -> List[SourceFile]:
     """Every non-empty ``*.py`` file of the standard library (tests included), in sorted relative-path order."""
-    base = base or stdlib_dir()
-    if not base.is_dir():
-        raise DataError(f"cannot build the stdlib corpus: the standard library directory {base} does not exist")
-    files = []
-    for rel, path in _walk_py_files(base, STDLIB_SKIP_DIRS):
-        st = path.stat()
-        if st.st_size:
-            files.append(SourceFile(rel, path, st.st_size, st.st_mtime_ns))
+    files = list(_source_files(base, STDLIB_SKIP_DIRS, "stdlib"))
     if not files:
-        raise DataError(f"cannot build the stdlib corpus: no .py files under {base}")
+        raise DataError(f"cannot build the stdlib corpus: no .py files under {base or stdlib_dir()}")
     return files
 
 
-def stdlib_parts(files: List[SourceFile]) -> Dict[str, bytes]:
-    """``{"train", "valid", "test"}``: each split's files (:func:`split_of`) concatenated whole, in order."""
-    parts: Dict[str, List[bytes]] = {"train": [], "valid": [], "test": []}
+def split_files(files: List[SourceFile]) -> Dict[str, List[SourceFile]]:
+    """``{"train", "valid", "test"}``: the files of each split (:func:`split_of`), in their order."""
+    out: Dict[str, List[SourceFile]] = {"train": [], "valid": [], "test": []}
     for f in files:
-        parts[split_of(f.relpath)].append(f.path.read_bytes())
-    out = {k: b"".join(v) for k, v in parts.items()}
+        out[split_of(f.relpath)].append(f)
+    return out
+
+
+def stdlib_parts(files: List[SourceFile]) -> Dict[str, bytes]:
+    """``{"train", "valid", "test"}``: each split's files concatenated whole, in order."""
+    out = {k: b"".join(f.path.read_bytes() for f in v) for k, v in split_files(files).items()}
     empty = [k for k, v in out.items() if not v]
     if empty:
         raise DataError(f"cannot build the stdlib corpus: its {empty[0]} split has no files "
@@ -141,7 +145,8 @@ def stdlib_parts(files: List[SourceFile]) -> Dict[str, bytes]:
 
 def describe_parts(files: List[SourceFile], parts: Dict[str, bytes]) -> dict:
     """The ``stdlib`` corpus metadata: the interpreter, the directory, each split's files, size and sha256."""
+    listed = split_files(files)
     return {"python": sys.version.split()[0], "stdlib": str(stdlib_dir()),
             "splits": {k: {"n_bytes": len(v), "sha256": hashlib.sha256(v).hexdigest(),
-                           "files": [[f.relpath, f.size] for f in files if split_of(f.relpath) == k]}
+                           "files": [[f.relpath, f.size] for f in listed[k]]}
                        for k, v in parts.items()}}
