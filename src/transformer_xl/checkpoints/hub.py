@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from ..errors import CheckpointError, ConfigError, one_line
 from ..files import CONFIG_NAME, WEIGHTS_NAME, near_names, read_json
+from ..paths import is_local_path, looks_like_repo_id, no_such_folder
 
 # ---------------------------------------------------------------------------- file names
 HF_BIN_NAME = "pytorch_model.bin"
@@ -54,7 +55,6 @@ COMPLETE = "COMPLETE"  # a checkpoint's completeness marker: written last, remov
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 
 FORMATS = ("txl", "hf")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
 _HF_ONLY_KEYS = ("model_type", "architectures", "vocab_size", "proj_share_all_but_first", "sample_softmax",
                  "adaptive", "tie_word_embeddings")
 
@@ -94,20 +94,6 @@ def weights_file(directory) -> Optional[Path]:
 def is_model_dir(path) -> bool:
     """A folder holding ``config.json`` and weights (ours, or HuggingFace's)."""
     return (Path(path) / CONFIG_NAME).is_file() and weights_file(path) is not None
-
-
-def no_such_folder(path, label: str = "") -> CheckpointError:
-    """``no such folder runs/defualt (did you mean runs/default?)``, ``label`` first; a name spelled as a hub id
-    says why it was not looked up there."""
-    text = str(path)
-    near = near_names(Path(text).expanduser())
-    if near:
-        hint = f" (did you mean {' or '.join(near)}?)"
-    elif looks_like_repo_id(text):
-        hint = f" ({text.partition('/')[0]} is a folder here, so {text} is not looked up on the hub)"
-    else:
-        hint = ""
-    return CheckpointError(f"{label}no such folder {text}{hint}")
 
 
 def is_agent_dir(path: Path) -> bool:
@@ -209,20 +195,6 @@ class Located:
     def vocab_path(self) -> Optional[Path]:
         """The tokenizer file beside the weights (see :data:`VOCAB_NAMES`), or None."""
         return next((self.directory / n for n in VOCAB_NAMES if (self.directory / n).is_file()), None)
-
-
-def looks_like_repo_id(text: str) -> bool:
-    """``org/name`` or ``name`` as the hub spells them (not a path that starts with ``.``, ``/`` or ``~``)."""
-    return bool(_REPO_ID.match(text)) and ".." not in text and not text.endswith((".", "-"))
-
-
-def is_local_path(text: str) -> bool:
-    """Whether a name that does not exist is a mistyped local path rather than a hub id: it is not spelled as
-    one, or it is ``a/b`` and ``a`` exists here (``runs/defualt`` beside ``runs/``)."""
-    if not looks_like_repo_id(text):
-        return True
-    first, slash, _ = text.partition("/")
-    return bool(slash) and Path(first).exists()
 
 
 def locate(name_or_path, revision: Optional[str] = None, *, parts: Sequence[str] = ("config", "weights", "vocab"),

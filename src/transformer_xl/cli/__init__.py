@@ -5,8 +5,9 @@ library function (most in :mod:`transformer_xl.jobs`); :mod:`.app` holds the par
 failure into one line and an exit status; :mod:`.options` the range checks and the shared options.
 
 This module is the entry point (``txl = transformer_xl.cli:main``, ``python -m transformer_xl``) and imports
-nothing heavy: :func:`main` imports torch and the commands itself, so that Ctrl-C while they load is one line and
-exit status 130, like Ctrl-C at any later moment.
+nothing heavy (:mod:`.early` answers a mistyped folder with the standard library alone): :func:`main` imports
+torch and the commands itself, so that Ctrl-C while they load is one line and exit status 130, like Ctrl-C at
+any later moment.
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ import sys
 import threading
 from typing import Any, List, Optional
 
+from .early import answer as early_answer
+
 #: The names this package re-exports from :mod:`.app` and :mod:`.options`, loaded on first use.
 _HOMES = {"build_parser": "app", "run_command": "app", "check_range": "options", "ConfigError": "options"}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run ``txl ARGV`` (``sys.argv[1:]`` by default) and return its exit status (:mod:`.app`)."""
+    """Run ``txl ARGV`` (``sys.argv[1:]`` by default) and return its exit status (:mod:`.app`). A folder on the
+    command line that is not there is answered before torch loads (:mod:`.early`)."""
+    line = early_answer(list(sys.argv[1:] if argv is None else argv))
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
     try:
         with _ctrl_c_waits_for_imports() as pressed:
             from .app import main as run_txl

@@ -21,10 +21,10 @@ import torch
 import yaml
 
 from ..errors import CheckpointError, ConfigError, MissingExtraError, one_line
-from ..files import near_names
+from ..paths import no_such_agent_folder
 from .agent import AGENT_CONFIG, MemoryAgent, agent_folder
 from .envs import ObservationEncoder, env_factory, gymnasium, make_envs
-from .runner import SETTINGS_NAME, is_run_folder
+from .runner import SETTINGS_NAME
 
 
 @dataclasses.dataclass
@@ -82,9 +82,7 @@ def load_played(path) -> tuple:
 def _not_an_agent(directory: Path) -> str:
     """One line for a folder without an agent, with what to give or type instead."""
     if not directory.is_dir():
-        near = near_names(directory, keep=lambda p: agent_folder(p) is not None or is_run_folder(p))
-        hint = f"did you mean {' or '.join(near)}? Or give" if near else "give"
-        return f"{directory}: no such folder; {hint} the --run-dir of a txl rl run, or its agent/ folder"
+        return no_such_agent_folder(directory)
     settings = directory / SETTINGS_NAME
     if settings.is_file():  # a txl rl run killed before it could write agent/ (at its end, or when stopped)
         env_id = "ENV_ID"
