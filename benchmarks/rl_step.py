@@ -1,6 +1,7 @@
-"""What one collection step of an agent costs: the memory stepped through the decoding cache (what ``txl rl`` and
-``TransformerXLPPO`` collect with) against the fixed-length memory projected again at every step (the path the
-update's replay and ``predict`` take), at several memory lengths, side by side in one process.
+"""What one collection step of an agent costs: the memory stepped through its ring of projected keys and values
+(``RingStepper``, what ``txl rl``, ``TransformerXLPPO``, ``predict`` and TorchRL's module step with), through the
+general decoding cache, and the fixed-length memory projected again at every step (the path the update's replay
+takes), at several memory lengths, side by side in one process.
 
 A step is one observation for each of ``--envs`` environments through the default agent (GTrXL, 2 layers,
 d_model 64), without the environments: the figures are the agent's own cost. Each figure is the median over
@@ -44,23 +45,24 @@ def measure(mem_len: int, envs: int, steps: int, repeats: int) -> tuple:
     agent = MemoryAgent(AgentConfig(obs_dim=8, n_actions=4, mem_len=mem_len)).eval()
     obs, starts = torch.randn(envs, 8), torch.zeros(envs, dtype=torch.bool)
     state = [agent.initial_state(envs)]
-    stepper = agent.stepper(envs)
+    ring, cache = agent.stepper(envs), agent.stepper(envs)
+    cache.core.fast = None  # the decoding cache's path
+    cache.core.sync()
     for _ in range(mem_len + 8):  # a full memory: the steady state of a long episode
         state[0] = agent.step(obs, starts, state[0])[2]
-        stepper.step(obs, starts)
+        ring.step(obs, starts)
+        cache.step(obs, starts)
 
     def fixed():
         state[0] = agent.step(obs, starts, state[0])[2]
 
-    def cached():
-        stepper.step(obs, starts)
-
-    # interleaved, so that a drift of the machine's speed affects both alike
-    a, b = [], []
+    # interleaved, so that a drift of the machine's speed affects all alike
+    a, b, c = [], [], []
     for _ in range(repeats):
         a.append(time_steps(fixed, steps, 1))
-        b.append(time_steps(cached, steps, 1))
-    return statistics.median(a), statistics.median(b)
+        b.append(time_steps(lambda: cache.step(obs, starts), steps, 1))
+        c.append(time_steps(lambda: ring.step(obs, starts), steps, 1))
+    return statistics.median(a), statistics.median(b), statistics.median(c)
 
 
 def main() -> None:
@@ -72,16 +74,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="*", default=[1])
     args = parser.parse_args()
     print(f"{cpu_description()}; torch {torch.__version__}; {args.envs} environments per step\n")
-    print("| threads | memory | fixed-length memory, projected each step | decoding cache | ratio |")
-    print("|---|---|---|---|---|")
+    print("| threads | memory | fixed-length memory, projected each step | decoding cache | ring | ring against "
+          "projected / cache |")
+    print("|---|---|---|---|---|---|")
     base = {}
     for threads in args.threads:
         torch.set_num_threads(threads)
         for mem_len in args.mem_lens:
-            fixed, cached = measure(mem_len, args.envs, args.steps, args.repeats)
-            base.setdefault(threads, cached)
-            print(f"| {threads} | M = {mem_len} | {fixed * 1e3:.2f} ms | {cached * 1e3:.2f} ms "
-                  f"({cached / base[threads]:.2f}x M = {args.mem_lens[0]}) | {fixed / cached:.1f}x |", flush=True)
+            fixed, cached, ring = measure(mem_len, args.envs, args.steps, args.repeats)
+            base.setdefault(threads, ring)
+            print(f"| {threads} | M = {mem_len} | {fixed * 1e3:.2f} ms | {cached * 1e3:.2f} ms | {ring * 1e3:.2f} ms "
+                  f"({ring / base[threads]:.2f}x M = {args.mem_lens[0]}) | {fixed / ring:.1f}x / "
+                  f"{cached / ring:.1f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ import torch
 
 from transformer_xl.cli import main
 from transformer_xl.model.kv_cache import DecodingCache
+from transformer_xl.model.ring import RingStepper
 from transformer_xl.rl import AgentConfig, MemoryAgent, PPOConfig, ppo
+from transformer_xl.rl.agent import carried
 from transformer_xl.rl.envs import ObservationEncoder, check_action_space, make_envs
 from transformer_xl.rl.runner import RLSettings, train_agent
 
@@ -90,17 +92,24 @@ def test_update_replays_what_collection_computed(core, env_id, rollout, times):
 
 
 @pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(gating="none", mem_len=3), dict(mem_len=0),
-                                  dict(core="gru")], ids=["gtrxl", "trxl", "no-memory", "gru"])
+                                  dict(core="gru"), dict(gating="gru", mem_len=5, ring=False)],
+                         ids=["gtrxl", "trxl", "no-memory", "gru", "gtrxl-decoding-cache"])
 def test_stepping_through_the_cache_equals_stepping_from_the_state(core):
-    """The collector's stepper (the decoding cache: projected keys and values) gives, step after step and across
-    episode starts, the outputs and the memory of the fixed-memory path that projects the memory every step."""
+    """The collector's stepper (projected keys and values: the ring, or the decoding cache for a core the ring does
+    not cover) gives, step after step and across episode starts, the outputs and the memory of the fixed-memory
+    path that projects the memory every step."""
     torch.manual_seed(0)
+    core = dict(core)
+    ring = core.pop("ring", True)
     agent = MemoryAgent(AgentConfig(obs_dim=3, n_actions=4, **{**SMALL, **core})).eval()
     n, steps = 5, 30
     obs = torch.randn(steps, n, 3)
     starts = torch.rand(steps, n) < 0.1
     starts[0] = True
     stepper, state = agent.stepper(n), agent.initial_state(n)
+    if not ring:  # the decoding cache's path, as a core the ring does not cover takes it
+        stepper.core.fast = None
+        stepper.core.sync()
     with torch.no_grad():
         for t in range(steps):
             logits, value = stepper.step(obs[t], starts[t])
@@ -113,7 +122,7 @@ def test_stepping_through_the_cache_equals_stepping_from_the_state(core):
                 else:
                     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     if core.get("mem_len", 1) and core.get("core") != "gru":  # the cache really is what ran
-        assert isinstance(stepper.core.cache, DecodingCache)
+        assert isinstance(stepper.core.fast, RingStepper) if ring else isinstance(stepper.core.cache, DecodingCache)
 
 
 @pytest.mark.parametrize("core", [dict(gating="gru", mem_len=5), dict(mem_len=0), dict(core="gru")],
@@ -208,7 +217,7 @@ def test_a_stepper_synced_after_the_weights_change_steps_as_the_state_does():
         for p in agent.parameters():  # an update
             p.add_(0.05 * torch.randn_like(p))
         stale = agent.stepper(n)
-        stale.core.__dict__.update({k: v.clone() if torch.is_tensor(v) else v
+        stale.core.__dict__.update({k: v.clone() if torch.is_tensor(v) else v.copy() if k == "fast" else v
                                     for k, v in stepper.core.__dict__.items()})
         state = stepper.state
         stepper.sync()
@@ -402,3 +411,33 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
                              text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 128
+
+
+
+
+def test_predict_through_the_kept_ring_equals_the_memory_projected_each_call():
+    """``predict`` steps the ring it kept when it is given back the state it returned (same weights), and projects
+    the memory anew otherwise (a state changed by the caller, new weights): the actions and the state equal those
+    of the path that projects the memory at every call."""
+    torch.manual_seed(0)
+    agent = MemoryAgent(AgentConfig(obs_dim=3, n_actions=4, **{**SMALL, "mem_len": 5})).eval()
+    obs = torch.randn(40, 2, 3).numpy()
+    starts = (torch.rand(40, 2) < 0.1).numpy()
+    state, rings = None, []
+    for t in range(40):
+        if t == 25:  # the caller edits the state it was given: the ring must not be used
+            state = (state[0] * 0.5, *state[1:])
+        if t == 30:  # an update
+            with torch.no_grad():
+                for p in agent.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+        begin = torch.as_tensor(starts[t]) if state is not None else torch.ones(2, dtype=torch.bool)
+        _, carry = carried(2, state, begin.numpy(), agent.initial_carry, "cpu")
+        with torch.enable_grad():  # the memory projected from the state (what predict did before the ring)
+            logits, _, core, _ = agent.step_carried(torch.as_tensor(obs[t]), begin, carry)
+        action, state = agent.predict(obs[t], state, episode_start=begin.numpy(), deterministic=True)
+        rings.append(agent._kept_ring[0])
+        assert (action == logits.argmax(-1).numpy()).all(), t
+        for got, want in zip(state, core):
+            assert abs(torch.as_tensor(got).float() - want.float()).max() < 1e-5, t
+    assert len({id(r) for r in rings[:25]}) == 1 and len({id(r) for r in rings}) == 3  # kept; anew at 25 and 30

@@ -4,9 +4,10 @@ The core holds what the agent remembers, one state per environment, and runs two
 numbers (tested):
 
 * :meth:`MemoryAgent.stepper`: one observation per environment at a time, during collection. The ``trxl`` core
-  steps through the backbone's :class:`~transformer_xl.model.kv_cache.DecodingCache`, which keeps each layer's
-  projected keys and values: a step costs O(d² + M·d), not the O(M·d²) of projecting the memory again. Beside the
-  cache it keeps the memory in the form the update replays from (:attr:`Stepper.state`);
+  keeps each layer's projected keys and values (:class:`~transformer_xl.model.ring.RingStepper`, or the
+  backbone's :class:`~transformer_xl.model.kv_cache.DecodingCache` for a core it does not cover): a step costs
+  O(d² + M·d), not the O(M·d²) of projecting the memory again. Beside them it keeps the memory in the form the
+  update replays from (:attr:`Stepper.state`);
 * :meth:`MemoryAgent.step`: one step from a state passed in and returned (``predict`` and look-aheads);
 * :meth:`MemoryAgent.replay`: windows of ``L`` steps with the state the collection had at the window's first
   step, during the update.
@@ -49,6 +50,7 @@ from ..errors import CheckpointError, ConfigError
 from ..files import WEIGHTS_NAME, atomic_write, write_json
 from ..model import TransformerXLBackbone, TransformerXLConfig
 from ..model.kv_cache import DecodingCache
+from ..model.ring import RingStepper, supports
 from ..model.saving import load_into, unique_state_dict, weights_metadata
 from .actions import BOUNDS, CategoricalActions, GaussianActions, action_code, bounded
 from .envs import ObservationEncoder
@@ -211,21 +213,26 @@ class Stepper:
 
 
 class CachedStepper(Stepper):
-    """The ``trxl`` core stepped through a :class:`DecodingCache` (sliding: every step is a segment of its own, so
-    it sees the ``mem_len`` steps of its episode before it, as the fixed-length memory gives it). The cache holds
-    projected keys and values; beside it, a ring of each layer's input of the last ``mem_len`` steps and of the
-    slots hidden from the next step (a start hides all of them) gives :attr:`state`, the replay's form, when asked
-    (at the first step of each window): a step writes one slot instead of moving the whole memory."""
+    """The ``trxl`` core stepped with its projected keys and values kept: every step sees the ``mem_len`` steps of
+    its episode before it, as the fixed-length memory gives it, at O(d² + M·d) a step instead of projecting the
+    memory again. A GTrXL-style core (:func:`~transformer_xl.model.ring.supports`) steps through a
+    :class:`~transformer_xl.model.ring.RingStepper` (a ring of ``M`` slots per layer, few operations a step); any
+    other through a sliding :class:`DecodingCache`, with a ring of each layer's input of the last ``mem_len`` steps
+    beside it. Either gives :attr:`state`, the replay's form, when asked (at the first step of each window)."""
 
     def __init__(self, core: TrXLCore, n: int):
         mems, mask = core.initial_state(n)
         self.core, self.ring, self.hidden, self.slot = core, mems.clone(), mask.clone(), 0
+        self.fast = RingStepper(core.backbone, mems, mask) if supports(core.backbone) else None
         self.sync()
 
     def sync(self) -> None:
-        """The weights changed (an update): the cache's keys and values, and its position keys, were projected with
-        the old ones. Rebuild the cache from the memory (its layer inputs), projected with the weights of now: the
-        next steps then give what the fixed-length memory, projected again at each step, gives."""
+        """The weights changed (an update): the keys and values, and the position keys, were projected with the
+        old ones. Project them again from the memory (its layer inputs) with the weights of now: the next steps
+        then give what the fixed-length memory, projected again at each step, gives."""
+        if self.fast is not None:
+            self.fast.sync()
+            return
         mems, hidden = self.state
         self.cache = DecodingCache(self.core.backbone, mems.size(0), decoding="sliding",
                                    mems=list(mems.unbind(1)), mems_mask=hidden)
@@ -234,10 +241,14 @@ class CachedStepper(Stepper):
     @property
     def state(self) -> State:
         """``(mems [n, n_layer, M, d], mems_mask [n, M])``, oldest step first."""
+        if self.fast is not None:
+            return self.fast.state
         order = torch.arange(self.slot, self.slot + self.ring.size(2), device=self.ring.device) % self.ring.size(2)
         return self.ring[:, :, order], self.hidden[:, order]
 
     def step(self, x: Tensor, starts: Tensor) -> Tensor:
+        if self.fast is not None:
+            return self.fast.step(x[:, 0], starts[:, 0])[0][:, None]
         out = self.core.backbone(inputs_embeds=x, starts=starts, cache=self.cache, output_hidden_states=True)
         self.hidden |= starts[:, :1]  # a start hides every earlier step
         for i, layer_input in enumerate(out.all_hidden_states[:-1]):  # n_layer x [n, 1, d]
@@ -429,8 +440,36 @@ class MemoryAgent(nn.Module):
         value, the core's state, the previous action's code)``."""
         n_core = len(carry) - (1 if self.config.action_code_dim else 0)
         core, prev = carry[:n_core], (carry[n_core] if self.config.action_code_dim else None)
-        logits, value, core = self.step(obs, starts, core, prev)
+        if torch.is_grad_enabled() or not isinstance(self.core, TrXLCore) or not self.core.mem_len \
+                or not supports(self.core.backbone):
+            logits, value, core = self.step(obs, starts, core, prev)
+            return logits, value, core, prev
+        x = self.inputs(obs[:, None], starts[:, None], None if prev is None else prev[:, None])[:, 0]
+        ring = self._ring_for(core)
+        hidden, _ = ring.step(x, starts)
+        logits, value = self.heads(hidden)
+        core = ring.state
+        self._kept_ring = (ring, tuple(t.clone() for t in core), self._weights_key())
         return logits, value, core, prev
+
+    def _ring_for(self, core: State) -> RingStepper:
+        """The ring that holds ``core`` (the state the last :meth:`step_carried` returned, passed back unchanged,
+        with the weights unchanged), or a new one projected from it: a step through it costs O(d² + M·d) instead
+        of projecting the memory, and gives the same numbers (tested)."""
+        kept = getattr(self, "_kept_ring", None)
+        if kept is not None:
+            ring, state, key = kept
+            if key == self._weights_key() and all(a.shape == b.shape and torch.equal(a, b)
+                                                  for a, b in zip(core, state)):
+                return ring
+        return RingStepper(self.core.backbone, *core)
+
+    def _weights_key(self) -> tuple:
+        """Which weights the core has now: each parameter and its in-place version (an update changes it)."""
+        params = self.__dict__.get("_core_params")
+        if params is None:
+            params = self.__dict__["_core_params"] = tuple(self.core.parameters())
+        return tuple((id(p), p._version) for p in params)
 
     def carry(self, core_state: State, action: Tensor) -> State:
         """:meth:`predict`'s state after ``action``: the core's state, then the action's code."""
