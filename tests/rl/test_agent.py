@@ -441,3 +441,32 @@ def test_predict_through_the_kept_ring_equals_the_memory_projected_each_call():
         for got, want in zip(state, core):
             assert abs(torch.as_tensor(got).float() - want.float()).max() < 1e-5, t
     assert len({id(r) for r in rings[:25]}) == 1 and len({id(r) for r in rings}) == 3  # kept; anew at 25 and 30
+
+
+def test_a_second_ctrl_c_before_the_first_checkpoint_says_so_and_resume_is_refused(tmp_path):
+    """Stopped at once before any checkpoint: the line does not promise a checkpoint to continue from, and
+    ``--resume`` on that run folder is one line and exit 2 (it would otherwise start again at step 0, silently)."""
+    pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "transformer_xl", "rl", "popgym-RepeatPreviousEasy-v0", "--steps", "1000000",
+            "--envs", "8", "--rollout", "4096", "--window", "4", "--minibatches", "2", "--d-model", "16",
+            "--n-layer", "1", "--mem-len", "4", "--run-dir", str(run), "--no-progress"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run / "run.yaml").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.0)  # inside the first iteration (32k steps), the loop's signal handling in place
+    child.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (
+        "txl rl: stopped at once by a second SIGINT, before the first checkpoint: nothing to continue from; run the "
+        "same command again (without --resume) to start over"), err
+    assert not (run / "checkpoints").is_dir() or not any((run / "checkpoints").iterdir())
+    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 2, resumed.stderr
+    assert resumed.stderr.strip().splitlines() == [
+        f"txl rl: error: --resume: {run} holds a txl rl run with no checkpoint yet (it was stopped before its first); "
+        f"leave out --resume to start it again"], resumed.stderr

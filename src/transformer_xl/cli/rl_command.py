@@ -14,7 +14,7 @@ import sys
 
 from ..errors import ConfigError
 from ..rl.ppo import PPOConfig
-from ..rl.runner import AGENT_DEFAULTS, RLSettings, resolve_settings, train_agent
+from ..rl.runner import AGENT_DEFAULTS, RLSettings, has_checkpoint, resolve_settings, train_agent
 from ..training.signals import StopNow, exit_status
 from .options import at_least, checks, positive
 
@@ -183,8 +183,12 @@ def run_rl(args) -> int:
     try:
         result = train_agent(settings, announce)
     except StopNow as stop:
-        print(f"txl rl: stopped at once by a second {stop.name}; the last checkpoint is intact (continue with: "
-              f"{resume_hint})", file=sys.stderr)
+        if has_checkpoint(settings.run_dir):
+            print(f"txl rl: stopped at once by a second {stop.name}; the last checkpoint is intact (continue with: "
+                  f"{resume_hint})", file=sys.stderr)
+        else:
+            print(f"txl rl: stopped at once by a second {stop.name}, before the first checkpoint: nothing to continue "
+                  f"from; run the same command again (without --resume) to start over", file=sys.stderr)
         return exit_status(stop.signum)
     except KeyboardInterrupt:  # while starting (environments, settings), before the loop takes signals itself
         print("txl rl: interrupted while starting, before the first step; run the same command again to start",

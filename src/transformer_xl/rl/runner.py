@@ -141,6 +141,9 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
     saved = Path(run_dir or given.get("run_dir") or RLSettings.run_dir) / SETTINGS_NAME
     if resume and not saved.is_file():
         raise ConfigError(no_run_to_resume(saved.parent))
+    if resume and not has_checkpoint(saved.parent):
+        raise ConfigError(f"--resume: {saved.parent} holds a txl rl run with no checkpoint yet (it was stopped "
+                          f"before its first); leave out --resume to start it again")
     if resume:
         layers.append(_read_settings(saved, env_id))
         sources.append(f"{saved}")
@@ -155,6 +158,11 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
 def is_run_folder(path: Path) -> bool:
     """A folder that ``txl rl`` made a run in (it holds ``run.yaml``)."""
     return (Path(path) / SETTINGS_NAME).is_file()
+
+
+def has_checkpoint(run_dir) -> bool:
+    """Whether the run folder holds a complete checkpoint to continue from."""
+    return ckpt.latest_checkpoint(Path(run_dir)) is not None
 
 
 def no_run_to_resume(folder: Path) -> str:
