@@ -587,6 +587,21 @@ USES: Dict[str, str] = {
                                                   "model_config={'d_model': 16, 'n_layer': 1})\n"
                                                   "s = m.get_initial_state()\n"
                                                   "assert m.model_config['max_seq_len'] > 0 and 'mems' in s",
+    "transformer_xl.torchrl.TransformerXLModule": "m = TransformerXLModule(input_size=3, d_model=16, n_layer=1, "
+                                                  "mem_len=4, in_key='obs', out_key='h')\n"
+                                                  "assert m.make_tensordict_primer() is not None and "
+                                                  "m.in_keys[-1] == 'is_init'",
+    "transformer_xl.torchrl.agent_for_env": "a = agent_for_env('CartPole-v1', d_model=16, n_layer=1, mem_len=4)\n"
+                                            "assert a.config.obs_dim == 4 and a.config.n_actions == 2",
+    "transformer_xl.torchrl.value_estimates": "import torch\nfrom tensordict import TensorDict\n"
+                                              "from tensordict.nn import TensorDictModule\n"
+                                              "critic = TensorDictModule(torch.nn.Linear(2, 1), ['obs'], "
+                                              "['state_value'])\n"
+                                              "z = torch.zeros(1, 3, 1, dtype=torch.bool)\n"
+                                              "td = TensorDict({'obs': torch.ones(1, 3, 2), 'next': {'obs': "
+                                              "torch.ones(1, 3, 2), 'done': z, 'terminated': z}}, [1, 3])\n"
+                                              "out = value_estimates(critic, td)\n"
+                                              "assert out['next', 'state_value'].shape == (1, 3, 1)",
     "transformer_xl.sb3.TransformerXLPPO": "from stable_baselines3.common.env_util import make_vec_env\n"
                                            "m = TransformerXLPPO('MlpPolicy', make_vec_env('CartPole-v1', n_envs=2), "
                                            "n_steps=16, batch_size=32, policy_kwargs=dict(d_model=16, n_layer=1, "
@@ -688,7 +703,7 @@ USES: Dict[str, str] = {
 #: Names whose module needs an optional extra: the extra's package.
 NEEDS = {"transformer_xl.lm_eval": "lm_eval", "transformer_xl.rl.runner.train_agent": "gymnasium",
          "transformer_xl.export.export_model": "onnxscript", "transformer_xl.hf": "transformers>=5",
-         "transformer_xl.sb3": "stable_baselines3", "transformer_xl.rllib": "ray"}
+         "transformer_xl.sb3": "stable_baselines3", "transformer_xl.rllib": "ray", "transformer_xl.torchrl": "torchrl"}
 
 
 def documented_names() -> List[Tuple[str, str]]:
@@ -778,7 +793,7 @@ BLOCK_RUNS = [(block_id, code, shown, threads) for block_id, code, shown in BLOC
 #: What a block needs beyond the core install: the module, and the extra that installs it.
 EXTRAS = {"onnxruntime": "export", "huggingface_hub": "hub", "lm_eval": "lm-eval", "gymnasium": "rl",
           "transformer_xl.hf": "transformers", "stable_baselines3": "sb3", "transformer_xl.sb3": "sb3",
-          "ray": "rllib", "transformer_xl.rllib": "rllib"}
+          "ray": "rllib", "transformer_xl.rllib": "rllib", "torchrl": "torchrl", "transformer_xl.torchrl": "torchrl"}
 
 
 def block_missing_extra(code: str) -> Optional[str]:

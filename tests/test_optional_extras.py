@@ -34,5 +34,5 @@ def test_the_suite_collects_without_the_extras(tmp_path):
     skipped = {line.split()[2].split(":")[0] for line in done.stdout.splitlines() if line.startswith("SKIPPED")}
     for module in ("convert/test_hf_compat.py", "convert/test_convert_vocab.py", "evaluation/test_lm_eval.py",
                    "export/test_export.py", "hub/test_hub.py", "sb3/test_sb3.py",
-                   "rl/test_rllib.py"):
+                   "rl/test_rllib.py", "rl/test_torchrl.py"):
         assert f"tests/{module}" in skipped, skipped

@@ -1,0 +1,282 @@
+"""transformer_xl.torchrl: the memory as a TorchRL module, judged with TorchRL's own environments, collector, value
+estimator and PPO loss.
+
+The cue task of tests/rl/cue_env.py (episodes of 3 to 13 steps) in a Gymnasium vector under TorchRL's
+``GymWrapper``, so episodes begin inside every sequence and cross the collector's batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("torchrl", reason="TorchRL is the torchrl extra")
+gym = pytest.importorskip("gymnasium", reason="Gymnasium comes with the torchrl extra's tests")
+
+from cue_env import CueMemory  # noqa: E402  (tests/rl, after the skip)
+from tensordict.nn import TensorDictModule, TensorDictSequential  # noqa: E402
+from torchrl.collectors import Collector  # noqa: E402
+from torchrl.envs import DTypeCastTransform, GymWrapper, InitTracker, TransformedEnv  # noqa: E402
+from torchrl.modules import OneHotCategorical, ProbabilisticActor, set_recurrent_mode  # noqa: E402
+from torchrl.objectives import ClipPPOLoss  # noqa: E402
+from torchrl.objectives.value import GAE  # noqa: E402
+
+from transformer_xl.errors import ConfigError  # noqa: E402
+from transformer_xl.rl import MemoryAgent  # noqa: E402
+from transformer_xl.rl.agent import AgentConfig  # noqa: E402
+from transformer_xl.torchrl import TransformerXLModule, value_estimates  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+SMALL = dict(d_model=32, n_layer=2, n_head=2, d_head=16, d_inner=64, mem_len=6, window=4)
+
+
+def cue_env(n: int = 3, max_delay: int = 12, time_limit=None) -> TransformedEnv:
+    def make():
+        env = CueMemory(max_delay=max_delay)
+        return gym.wrappers.TimeLimit(env, time_limit) if time_limit else env
+
+    vector = gym.vector.SyncVectorEnv([make] * n, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    env = TransformedEnv(GymWrapper(vector), InitTracker())
+    env.append_transform(DTypeCastTransform(torch.int64, torch.float32, in_keys=["observation"]))
+    return env
+
+
+def agent(prev_action: bool = False, seed: int = 0) -> MemoryAgent:
+    torch.manual_seed(seed)
+    return MemoryAgent(AgentConfig(obs_dim=3, n_actions=2, prev_action=prev_action, env_id="cue", **SMALL))
+
+
+def policy_for(memory: TransformerXLModule, env) -> ProbabilisticActor:
+    actor = ProbabilisticActor(TensorDictSequential(memory, memory.policy_head()), in_keys=["logits"],
+                               distribution_class=OneHotCategorical, spec=env.full_action_spec["action"],
+                               return_log_prob=True)
+    return TensorDictSequential(actor, memory.action_recorder()) if memory.config.action_code_dim else actor
+
+
+def rollout(memory, steps: int = 60, seed: int = 0, **env_kwargs):
+    env = cue_env(**env_kwargs)
+    env.append_transform(memory.make_tensordict_primer())
+    env.set_seed(seed)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return env.rollout(steps, policy_for(memory, env), break_when_any_done=False)  # [n, steps]
+
+
+def test_recurrent_mode_equals_stepping_across_episode_starts():
+    memory = TransformerXLModule.from_agent(agent())
+    data = rollout(memory)
+    assert int(data["is_init"][:, 1:].sum()) >= 6  # several episodes begin inside each row
+    stepped = data["embed"]
+    for start, length in ((0, 60), (7, 16), (31, 29)):  # from a fresh memory, and from stored states
+        with torch.no_grad(), set_recurrent_mode(True):
+            replay = memory(data[:, start:start + length].exclude("embed"))["embed"]
+        assert (replay - stepped[:, start:start + length]).abs().max() < 1e-5
+    # the differentiable step (the memory projected again) gives the cache's numbers too
+    with set_recurrent_mode(False):
+        again = memory(data[:, 20].exclude("embed"))["embed"]
+    assert (again - stepped[:, 20]).abs().max() < 1e-5
+
+
+def test_an_episode_sees_nothing_of_the_one_before():
+    memory = TransformerXLModule.from_agent(agent())
+    data = rollout(memory, steps=40)
+    row = data[0]
+    starts = row["is_init"].squeeze(-1).nonzero().squeeze(-1).tolist()
+    first, second = starts[1], starts[2]  # the row's second episode, run alone from an empty memory
+    alone = row[first:second].exclude("embed").clone()
+    for key in ("recurrent_state_mems", "recurrent_state_valid"):
+        alone[key].zero_()
+    with torch.no_grad(), set_recurrent_mode(True):
+        fresh = memory(alone)["embed"]
+    assert (fresh - row["embed"][first:second]).abs().max() < 1e-5
+    # red when the start is ignored: the same steps with the earlier episode visible differ
+    blind = row[first - 3:second].exclude("embed").clone()
+    blind["is_init"][3] = False
+    with torch.no_grad(), set_recurrent_mode(True):
+        seen = memory(blind)["embed"][3:]
+    assert (seen - row["embed"][first:second]).abs().max() > 1e-3
+
+
+def test_the_state_survives_the_collectors_batch_boundary():
+    memory = TransformerXLModule.from_agent(agent(seed=1))
+    env = cue_env(n=2)
+    env.append_transform(memory.make_tensordict_primer())
+    env.set_seed(3)
+    collector = Collector(env, policy_for(memory, env), frames_per_batch=2 * 9, total_frames=2 * 9 * 3,
+                          split_trajs=False)
+    batches = [b.clone() for b in collector]
+    collector.shutdown()
+    data = torch.cat(batches, dim=1)  # [2, 27]: one row per environment, three batches end to end
+    with torch.no_grad(), set_recurrent_mode(True):
+        replay = memory(data.exclude("embed"))["embed"]
+    assert (replay - data["embed"]).abs().max() < 1e-5
+    assert bool(data["recurrent_state_valid"][:, 9].any())  # the second batch began with a memory
+
+
+def test_a_txl_rl_agent_steps_in_torchrl_as_it_steps_alone_and_plays_under_rl_eval(tmp_path, capsys):
+    """An agent with the previous action as input (txl rl's default with memory): TorchRL's rollout with the
+    module, its heads and the action recorder gives the logits of ``MemoryAgent``'s own stepper fed the same
+    observations and actions; saved, it plays under ``txl rl-eval``."""
+    from transformer_xl.cli import main
+
+    trained = agent(prev_action=True, seed=2)
+    trained.save_pretrained(tmp_path / "txl_rl_agent")
+    memory = TransformerXLModule.from_pretrained(tmp_path / "txl_rl_agent")
+    data = rollout(memory, steps=30, seed=5)
+    own = MemoryAgent.from_pretrained(tmp_path / "txl_rl_agent")
+    stepper, prev = own.stepper(3), own.no_action(3)
+    with torch.no_grad():
+        for t in range(30):
+            logits, _ = stepper.step(data["observation"][:, t], data["is_init"][:, t, 0], prev)
+            assert (logits - data["logits"][:, t]).abs().max() < 1e-5, t
+            prev = own.action_code(data["action"][:, t].argmax(-1))
+    memory.save_agent(tmp_path / "saved")
+    import gymnasium
+
+    gymnasium.register("txltest-torchrl-cue", entry_point=CueMemory)
+    (tmp_path / "saved" / "agent.json").write_text(json.dumps(
+        {**json.loads((tmp_path / "saved" / "agent.json").read_text()), "env_id": "txltest-torchrl-cue",
+         "observation": [{"path": [], "width": 3, "kind": [3], "shape": []}]}))
+    capsys.readouterr()
+    assert main(["rl-eval", str(tmp_path / "saved"), "--episodes", "4", "--envs", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["episodes"] == 4 and -1.0 <= result["mean_return"] <= 1.0
+
+
+def literal_next_values(critic, data):
+    """The value after every step that did not terminate, by its definition: the episode's steps up to it and the
+    observation that followed, run from an empty memory."""
+    out = torch.zeros_like(data["next", "done"], dtype=torch.float32)
+    for r in range(data.shape[0]):
+        begin = 0
+        for t in range(data.shape[1]):
+            if bool(data["is_init"][r, t]):
+                begin = t
+            if bool(data["next", "terminated"][r, t]):
+                continue
+            steps = data[r, begin:t + 1].select(*critic.in_keys).clone()
+            nxt = data["next"][r, t:t + 1].select(*critic.in_keys).clone()
+            nxt["is_init"][:] = False
+            seq = torch.cat([steps, nxt], 0)
+            seq["recurrent_state_mems"].zero_()
+            seq["recurrent_state_valid"].zero_()
+            with torch.no_grad(), set_recurrent_mode(True):
+                out[r, t] = critic(seq)["state_value"][-1]
+    return out
+
+
+def test_value_estimates_are_the_values_by_definition_with_time_limits():
+    memory = TransformerXLModule.from_agent(agent(seed=4))
+    critic = TensorDictSequential(memory, memory.value_head())
+    data = rollout(memory, steps=40, time_limit=5)
+    truncated = (data["next", "truncated"] & ~data["next", "terminated"]).squeeze(-1)
+    assert int(truncated.sum()) >= 3 and int(data["next", "terminated"].sum()) >= 3
+    ours = value_estimates(critic, data.clone())
+    expected = literal_next_values(critic, data)
+    assert (ours["next", "state_value"] - expected).abs().max() < 1e-5
+    advantage = GAE(gamma=0.9, lmbda=0.95, value_network=None)(ours)["advantage"]
+    # TorchRL's GAE(shifted=True) agrees, except after a row's last step when that step began an episode: its
+    # single pass marks the observation after it as a start too, so it is valued without the step before it
+    theirs = GAE(gamma=0.9, lmbda=0.95, value_network=critic, shifted=True, shifted_budget=40)
+    with torch.no_grad(), set_recurrent_mode(True):
+        reference = theirs(data.clone())
+    alike = ~(data["is_init"][:, -1:] & ~data["next", "terminated"][:, -1:]).expand_as(data["is_init"]).clone()
+    alike[:, :-1] = True
+    same = (reference["advantage"] - advantage).abs()
+    assert float(same[:, :-1].max()) < 1e-5 and float(same[alike].max()) < 1e-5
+
+
+def test_one_pass_of_the_memory_serves_actor_and_critic_in_the_loss():
+    """ClipPPOLoss calls the actor and then the critic on the same tensors: the memory runs once, and the
+    gradients are those of two separate passes; before any update the ratio is 1 (the learner's pass gives the
+    collected log-probabilities)."""
+    memory = TransformerXLModule.from_agent(agent(seed=6))
+    env = cue_env()
+    actor = policy_for(memory, env)
+    critic = TensorDictSequential(memory, memory.value_head())
+    data = rollout(memory, steps=32)
+    GAE(gamma=0.9, lmbda=0.95, value_network=None)(value_estimates(critic, data))
+    windows = data.reshape(3, 4, 8).flatten(0, 1)
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5)
+    calls = []
+    forward = memory.core.forward
+    memory.core.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    with set_recurrent_mode(True):
+        out = loss(windows)
+    assert len(calls) == 1 and abs(float(out["max_ratio"]) - 1) < 1e-5 and abs(float(out["mean_ratio"]) - 1) < 1e-6
+    total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+    shared = torch.autograd.grad(total, list(memory.core.parameters()))
+    # the same loss with a pass for each: another set of tensors for the critic's call
+    memory._last = None
+    original = critic.forward
+    critic.forward = lambda td, *a, **k: original(td.clone(), *a, **k)
+    with set_recurrent_mode(True):
+        out2 = loss(windows)
+    total2 = out2["loss_objective"] + out2["loss_critic"] + out2["loss_entropy"]
+    separate = torch.autograd.grad(total2, list(memory.core.parameters()))
+    assert len(calls) == 3
+    assert max(float((g - h).abs().max()) for g, h in zip(shared, separate)) < 1e-6
+
+
+def test_a_module_from_its_fields_and_its_one_line_errors():
+    memory = TransformerXLModule(input_size=3, d_model=32, n_layer=1, mem_len=4, in_key="observation", out_key="h")
+    assert memory.in_keys == ["observation", "recurrent_state_mems", "recurrent_state_valid",
+                              "recurrent_state_tag", "is_init"]
+    assert memory.out_keys[1:] == [("next", "recurrent_state_mems"), ("next", "recurrent_state_valid"),
+                                   ("next", "recurrent_state_tag")]
+    data = rollout_plain(memory)
+    assert data["h"].shape == (3, 10, 32)
+    for make, words in ((lambda: TransformerXLModule(in_key="x", out_key="y"), "input_size is required"),
+                        (lambda: TransformerXLModule(3, mem_len=0, in_key="x", out_key="y"), "mem_len must be >= 1"),
+                        (lambda: memory.policy_head(), "from_agent"),
+                        (lambda: memory.set_recurrent_mode(True), r"set_recurrent_mode\(True\)")):
+        with pytest.raises((ConfigError, RuntimeError), match=words):
+            make()
+    from tensordict import TensorDict
+
+    with pytest.raises(ConfigError, match="InitTracker"):
+        memory(TensorDict({"observation": torch.zeros(2, 3)}, [2]))
+
+
+def rollout_plain(memory, steps: int = 10):
+    env = cue_env()
+    env.append_transform(memory.make_tensordict_primer())
+    pick = TensorDictModule(lambda h: torch.nn.functional.one_hot(torch.zeros(h.shape[:-1], dtype=torch.long), 2),
+                            in_keys=["h"], out_keys=["action"])
+    with torch.no_grad():
+        return env.rollout(steps, TensorDictSequential(memory, pick), break_when_any_done=False)
+
+
+def test_without_torchrl_the_import_says_which_extra_in_one_line():
+    code = "import sys\nsys.modules['torchrl'] = None\nimport transformer_xl.torchrl\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("transformer_xl.errors.MissingExtraError: transformer_xl.torchrl needs torchrl"), last
+    assert 'pip install "transformer-xl[torchrl]"' in last
+
+
+@pytest.mark.parametrize("module,env_id", [("txl", "popgym-RepeatFirstEasy-v0"), ("lstm", "popgym-RepeatFirstEasy-v0"),
+                                           ("mlp", "popgym-RepeatFirstEasy-v0"),
+                                           ("txl", "popgym-PositionOnlyPendulumEasy-v0")])
+def test_the_ppo_recipe_runs_and_prints_one_json_line(module, env_id, tmp_path):
+    pytest.importorskip("popgym", reason="POPGym's tasks")
+    args = [sys.executable, str(REPO / "benchmarks" / "torchrl_ppo.py"), "--env", env_id, "--module", module,
+            "--steps", "512", "--envs", "4", "--rollout", "128", "--minibatches", "4", "--json"]
+    if module == "txl":
+        args += ["--save", str(tmp_path / "agent")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "RL_WARNINGS": "False"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["steps"] == 512 and result["module"] == module and result["steps_per_s"] > 0
+    assert set(result["seconds_by_phase"]) == {"collect", "gae", "update"}
+    if module == "txl":
+        assert MemoryAgent.from_pretrained(tmp_path / "agent").config.env_id == env_id
