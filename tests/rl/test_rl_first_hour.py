@@ -310,6 +310,7 @@ def test_a_registered_wrapper_without_its_own_metadata_is_one_line_that_says_so(
 def test_the_end_of_a_run_says_what_its_numbers_suggest():
     """A return that has not moved from its start names --steps, --mem-len and --gamma; episodes longer than the
     memory name --mem-len with a length that holds them; a run that learnt, within its memory, says nothing."""
+    from transformer_xl.rl.ppo import PPOConfig
     from transformer_xl.rl.runner import RLResult, RLSettings, hints
 
     settings = RLSettings(env_id="mymodule:TMaze-v0", steps=300_000)
@@ -318,6 +319,9 @@ def test_the_end_of_a_run_says_what_its_numbers_suggest():
     [line] = hints(flat, settings, start_spread=1.0)
     assert line.startswith("the mean return has not moved from its start (0.000 then 0.010)")
     assert "--steps, now 300000" in line and "--mem-len, now 64" in line and "--gamma, now 0.99" in line
+    assert "the learning rate falls to 0 over --steps, so a shorter run also learns with smaller steps" in line
+    steady = RLSettings(env_id="mymodule:TMaze-v0", steps=300_000, ppo=PPOConfig(anneal_lr=False))
+    assert "learning rate" not in hints(flat, steady, start_spread=1.0)[0]
     learnt = RLResult(**{**flat.to_json(), "mean_return": 0.95})
     assert hints(learnt, settings, start_spread=1.0) == []
     constant = RLResult(**{**flat.to_json(), "mean_return": 0.0, "start_return": 0.0})

@@ -222,8 +222,11 @@ def hints(result: RLResult, settings: RLSettings, start_spread: Optional[float])
     if result.mean_return is not None and result.start_return is not None and start_spread is not None:
         moved = result.mean_return - result.start_return
         if moved <= 0.1 * start_spread:
+            schedule = ("; the learning rate falls to 0 over --steps, so a shorter run also learns with smaller "
+                        "steps" if settings.ppo.anneal_lr else "")
             out.append(f"the mean return has not moved from its start ({result.start_return:.3f} then "
-                       f"{result.mean_return:.3f}): the task may need a longer run (--steps, now {settings.steps}), "
+                       f"{result.mean_return:.3f}): the task may need a longer run (--steps, now {settings.steps}"
+                       f"{schedule}), "
                        f"a longer memory (--mem-len, now {agent.get('mem_len')}) or another discount (--gamma, now "
                        f"{gamma}: about {1 / max(1 - gamma, 1e-9):.0f} steps of horizon)")
     mem_len = int(agent.get("mem_len") or 0)
