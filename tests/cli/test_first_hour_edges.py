@@ -295,11 +295,15 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130_for_every_command(tmp_pa
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, f"{command_line} at {delay:.2f} s:\n{err}"
+        if proc.returncode == 2 and len(lines(err)) == 1 and lines(err)[0].startswith(f"txl {name}: error: "):
+            continue  # it had answered (its one line) as the signal came: the answer stands, as the exit status
         assert proc.returncode == 130, f"{command_line} at {delay:.2f} s: exit {proc.returncode}\n{err}"
-        assert len(lines(out + err)) == 1 and re.fullmatch(rf"txl {name}: interrupted( while starting; nothing was "
-                                                           rf"done)?", lines(err)[0]), f"{command_line}:\n{err}"
+        said = re.fullmatch(rf"txl {name}( [a-z-]+)?: interrupted( while starting; nothing was done)?",
+                            lines(err)[0])
+        assert len(lines(out + err)) == 1 and said, f"{command_line}:\n{err}"
         interrupted += 1
-    assert interrupted >= len(COMMANDS) - 2, f"only {interrupted} commands were still starting when interrupted"
+    # rl-eval of a missing folder answers before torch loads (tests/cli/test_early_answers.py), before any signal
+    assert interrupted >= len(COMMANDS) - 3, f"only {interrupted} commands were still starting when interrupted"
     assert not (tmp_path / "run").exists() and not (tmp_path / "rl").exists()
 
 

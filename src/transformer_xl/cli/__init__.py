@@ -36,7 +36,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .app import main as run_txl
         if pressed:
             raise KeyboardInterrupt
-        return run_txl(argv)
+        status = run_txl(argv)
+        if argv is None and threading.current_thread() is threading.main_thread():
+            # the process's own entry point, and the command has answered: a Ctrl-C while the interpreter exits
+            # (it restores the OS default, which would kill the process, exit -2) changes nothing
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return status
     except KeyboardInterrupt:  # before the command's own guard took over: while torch and the commands load
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting prints nothing either
         print(f"{_command_name(argv)}: interrupted while starting; nothing was done", file=sys.stderr)
