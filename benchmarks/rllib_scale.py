@@ -26,7 +26,12 @@ skipped), and a markdown table is printed from that file::
         --play --out rllib.jsonl                                                            # side by side
     python benchmarks/rllib_scale.py --modules txl --steps 1000000 --minutes 25 --play      # the goal run
     python benchmarks/rllib_scale.py --table rllib.jsonl
-    python benchmarks/rllib_scale.py --address auto --runners 32 --steps 10000000   # on a node of a running cluster
+    python benchmarks/rllib_scale.py --address auto --runners auto --steps 10000000  # on a node of a running cluster
+
+Before building the algorithm, what it asks Ray for (RLlib's own accounting: the driver, each env runner, the
+evaluation runner, remote learners) is compared with the cluster's resources, and a shortfall is one line and
+exit status 2 (``TransformerXLRLModule.check_cluster``); ``--runners auto`` takes as many runners as the cluster's
+CPUs hold beside the rest (``TransformerXLRLModule.runners_that_fit``).
 
 On one machine ``txl rl`` steps faster (no actors, no serialisation of every step's state, the decoding cache):
 docs/RL.md, "RLlib". RLlib pays where the environments are spread over the machines of a cluster
@@ -137,14 +142,26 @@ def run(args, task: str, module: str, runners: int, seed: int) -> dict:
         TIMERS,
     )
 
+    from transformer_xl.errors import ConfigError
+    from transformer_xl.rllib import TransformerXLRLModule
+
     if args.address:  # a running cluster (ray start; ray job submit): its nodes' CPUs
         ray.init(address=args.address, log_to_driver=False)
     else:
-        ray.init(num_cpus=max(os.cpu_count() or 1, runners + 2), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    label = f"{task} {module} {runners} runners seed {seed}"
+        cpus = os.cpu_count() or 1
+        ray.init(address="local", num_cpus=cpus if runners == "auto" else max(cpus, runners + 2),
+                 include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        algo = config_for(args, task, module, runners, seed).build_algo()
+        try:  # what the cluster lacks is one line, not actors waiting for it forever
+            if runners == "auto":
+                runners = TransformerXLRLModule.runners_that_fit(config_for(args, task, module, 1, seed))
+            config = config_for(args, task, module, runners, seed)
+            TransformerXLRLModule.check_cluster(config)
+        except ConfigError as exc:
+            print(f"rllib_scale: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        label = f"{task} {module} {runners} runners seed {seed}"
+        algo = config.build_algo()
         start, steps, curve, sampling, learning = time.perf_counter(), 0, [], 0.0, 0.0
         while steps < args.steps and time.perf_counter() - start < 60 * args.minutes:
             result = algo.train()
@@ -208,12 +225,22 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def runners_arg(text: str):
+    if text == "auto":
+        return text
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0 or auto")
+    return value
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["RepeatPreviousEasy"],
                         help=f"of {', '.join(TASKS)}, or module:Class")
     parser.add_argument("--modules", nargs="+", choices=MODULES, default=["txl"])
-    parser.add_argument("--runners", type=int, nargs="+", default=[2])
+    parser.add_argument("--runners", type=runners_arg, nargs="+", default=[2],
+                        help="env runners per run, or auto: as many as the cluster's CPUs hold")
     parser.add_argument("--envs-per-runner", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--minutes", type=float, default=float("inf"), help="stop a run after this many minutes")

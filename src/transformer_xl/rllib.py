@@ -100,6 +100,38 @@ PPO_NAMES = {"gamma": "gamma", "gae_lambda": "lambda_", "lr": "lr", "epochs": "n
              "ent_coef": "entropy_coeff", "vf_coef": "vf_loss_coeff", "max_grad_norm": "grad_clip"}
 
 
+def _resources(config) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """What ``config``'s algorithm asks Ray for (RLlib's own accounting) and what the joined cluster has."""
+    import ray
+
+    if not ray.is_initialized():
+        raise ConfigError("Ray is not started: call ray.init() (ray.init(address='auto') joins a running cluster)")
+    need = config.algo_class.default_resource_request(config).required_resources
+    return dict(need), dict(ray.cluster_resources())
+
+
+def _count(value: float) -> str:
+    return f"{value:g}"
+
+
+def _parts(config, kind: str) -> str:
+    """``2 env runners + 1 evaluation runner + the driver``: who asks for ``kind`` (CPU or GPU)."""
+    cpu = kind == "CPU"
+    runners = int(config.num_env_runners or 0)
+    evals = int(config.evaluation_num_env_runners or 0)
+    learners = int(config.num_learners or 0)
+    parts = []
+    if runners and (config.num_cpus_per_env_runner if cpu else config.num_gpus_per_env_runner):
+        parts.append(f"{runners} env runner{'s' * (runners != 1)}")
+    if evals and cpu:
+        parts.append(f"{evals} evaluation runner{'s' * (evals != 1)}")
+    if learners and (config.num_cpus_per_learner if cpu else config.num_gpus_per_learner):
+        parts.append(f"{learners} learner{'s' * (learners != 1)}")
+    if cpu or not learners:
+        parts.append("the driver")
+    return " + ".join(parts)
+
+
 class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, InferenceOnlyAPI):
     """A stateful RLModule over :class:`~transformer_xl.rl.agent.MemoryAgent` (module docstring).
 
@@ -145,6 +177,32 @@ class TransformerXLRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, I
         """A ``model_config``: the ``agent`` settings of ``txl rl``'s preset for ``env_id``, then ``overrides``."""
         preset = presets.match(env_id) if env_id else None
         return {**((preset.settings.get("agent") or {}) if preset else {}), **overrides}
+
+    # ------------------------------------------------------------------ the cluster
+    @staticmethod
+    def check_cluster(config) -> None:
+        """Before ``config.build_algo()``: one :class:`ConfigError` line when the Ray cluster this process joined
+        has fewer CPUs or GPUs than the algorithm asks for (RLlib's own ``default_resource_request``: the driver,
+        each env runner, each evaluation runner, each remote learner), instead of actors that wait for them
+        forever: ``needs 4 CPUs for 2 env runners + 1 evaluation runner + the driver; the cluster has 2``."""
+        need, have = _resources(config)
+        short = [k for k in ("CPU", "GPU") if need.get(k, 0.0) > have.get(k, 0.0)]
+        if short:
+            raise ConfigError("; ".join(f"needs {_count(need.get(k, 0.0))} {k}s for {_parts(config, k)}; the cluster "
+                                        f"has {_count(have.get(k, 0.0))}" for k in short)
+                              + " (fewer --runners, or a bigger cluster)")
+
+    @staticmethod
+    def runners_that_fit(config) -> int:
+        """How many env runners the cluster's CPUs hold beside everything else ``config`` asks for (``--runners
+        auto``); one ConfigError line when not even one does."""
+        need, have = _resources(config.copy(copy_frozen=False).env_runners(num_env_runners=0))
+        per = float(config.num_cpus_per_env_runner or 0) or 1.0
+        fit = int((have.get("CPU", 0.0) - need.get("CPU", 0.0)) // per)
+        if fit < 1:
+            raise ConfigError(f"no env runner fits: the cluster has {_count(have.get('CPU', 0.0))} CPUs and the "
+                              f"driver, evaluation runners and learners take {_count(need.get('CPU', 0.0))}")
+        return fit
 
     # ------------------------------------------------------------------ building
     def setup(self):

@@ -49,7 +49,7 @@ def local_ray():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one step of a few environments: a second thread only waits on shared cores
     path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
     register_env(ENV, make_cue)
     yield
