@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from .errors import ConfigError, MissingExtraError
 from .model.kv_cache import DecodingCache
-from .model.ring import RingStepper, supports
+from .model.ring import RingStepper, supports, versions
 from .rl.agent import LOG_STD_RANGE, AgentConfig, MemoryAgent, TrXLCore
 from .rl.envs import ObservationEncoder, check_action_space, gymnasium, register_env_family
 
@@ -274,7 +274,7 @@ class TransformerXLModule(TensorDictModuleBase):
         """Which weights the module has now (each parameter and its in-place version)."""
         if self._params is None:
             self._params = tuple(self.parameters())
-        return tuple((id(p), p._version) for p in self._params)
+        return versions(self._params)
 
     def _cached_step(self, td, x: Tensor, starts: Tensor, mems: Tensor, valid: Tensor):
         """``(hidden [E, d], layer inputs [E, n_layer, d])`` through the projected keys and values this module
@@ -307,7 +307,7 @@ class TransformerXLModule(TensorDictModuleBase):
         if tensordict.ndim == 0:
             raise ConfigError("TransformerXLModule in recurrent mode needs a tensordict with a time dimension")
         inputs = tuple(tensordict.get(k, None) for k in self.in_keys)
-        key = (tuple((id(t), t._version) for t in inputs if t is not None), torch.is_grad_enabled(), self._weights())
+        key = (versions(t for t in inputs if t is not None), torch.is_grad_enabled(), self._weights())
         if self._last is not None and self._last[0] == key:
             out = self._last[2]
         else:

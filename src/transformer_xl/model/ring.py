@@ -55,6 +55,12 @@ def _connect(x: Tensor, y: Tensor, gate) -> Tensor:
     return x + z * (torch.tanh(w_g + F.linear(r * x, gate.u_g.weight)) - x)
 
 
+def versions(tensors) -> tuple:
+    """Which tensors these are and how often each was changed in place (an optimizer step changes a parameter's):
+    what a cache of keys projected with them, or of a pass over them, is valid for."""
+    return tuple((id(t), t._version) for t in tensors)
+
+
 def supports(backbone) -> bool:
     """Whether :class:`RingStepper` computes this backbone's step (module docstring)."""
     cfg = backbone.config

@@ -50,7 +50,7 @@ from ..errors import CheckpointError, ConfigError
 from ..files import WEIGHTS_NAME, atomic_write, write_json
 from ..model import TransformerXLBackbone, TransformerXLConfig
 from ..model.kv_cache import DecodingCache
-from ..model.ring import RingStepper, supports
+from ..model.ring import RingStepper, supports, versions
 from ..model.saving import load_into, unique_state_dict, weights_metadata
 from .actions import BOUNDS, CategoricalActions, GaussianActions, action_code, bounded
 from .envs import ObservationEncoder
@@ -469,7 +469,7 @@ class MemoryAgent(nn.Module):
         params = self.__dict__.get("_core_params")
         if params is None:
             params = self.__dict__["_core_params"] = tuple(self.core.parameters())
-        return tuple((id(p), p._version) for p in params)
+        return versions(params)
 
     def carry(self, core_state: State, action: Tensor) -> State:
         """:meth:`predict`'s state after ``action``: the core's state, then the action's code."""
