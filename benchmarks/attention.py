@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MatmulReference, current_rss_bytes, peak_rss_bytes
+from common import MatmulReference, current_rss_bytes, markdown_table, peak_rss_bytes, run_json, table_row
 
 
 def attention_flops(b: int, qlen: int, mlen: int, d: int, h: int, dh: int) -> float:
@@ -113,20 +112,18 @@ def main() -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     for mode in args.modes:
         print(f"\n{mode}: plain vs streamed keys" + (" (recomputed in backward)" if mode == "train" else ""))
-        print("| M | plain ms | plain peak MiB | plain MFU | streamed ms | streamed peak MiB | streamed MFU "
-              "| memory ratio |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(markdown_table(["M", "plain ms", "plain peak MiB", "plain MFU", "streamed ms", "streamed peak MiB",
+                              "streamed MFU", "memory ratio"]))
         for mlen in args.mem_lens:
             cells = []
             for efficient in ("0", "1"):
-                out = subprocess.run([sys.executable, __file__, "--cell", f"{mode},{mlen},{efficient}"] + sys.argv[1:],
-                                     capture_output=True, text=True, check=True, env=env)
-                cells.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                cells.append(run_json([sys.executable, __file__, "--cell", f"{mode},{mlen},{efficient}"] + sys.argv[1:],
+                                      check=True, env=env))
             mib = [c["peak_bytes"] / 2 ** 20 for c in cells]
             ms = [1e3 * c["seconds"] for c in cells]
             mfu = [f"{c['mfu']['fp32']:.0%} / {c['mfu']['bf16']:.0%}" for c in cells]
-            print(f"| {mlen} | {ms[0]:.1f} | {mib[0]:.0f} | {mfu[0]} | {ms[1]:.1f} | {mib[1]:.0f} "
-                  f"| {mfu[1]} | {mib[0] / max(mib[1], 1e-9):.1f}x |", flush=True)
+            print(table_row([mlen, f"{ms[0]:.1f}", f"{mib[0]:.0f}", mfu[0], f"{ms[1]:.1f}", f"{mib[1]:.0f}", mfu[1],
+                             f"{mib[0] / max(mib[1], 1e-9):.1f}x"]), flush=True)
 
 
 if __name__ == "__main__":

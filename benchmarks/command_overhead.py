@@ -22,7 +22,6 @@ The figure of interest is each command's throughput as a share of the model leve
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, markdown_table, run_json, table_row
 
 BASE = ["--n-layer", "4", "--d-model", "256", "--n-head", "8", "--d-head", "32", "--d-inner", "1024",
         "--tgt-len", "128", "--mem-len", "128", "--eval.tgt-len", "128", "--eval.mem-len", "128"]
@@ -85,7 +84,7 @@ def main() -> None:
         eval_pairs = []  # (model level, command), alternating
         for _ in range(args.rounds):
             level = model_level(model, valid, args.batch_size)
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            out = run_json(cmd, check=True)
             eval_pairs.append((level, out["tokens_per_s"]))
         text, n = [], 0
         for line in (Path(args.ptb) / "ptb.valid.txt").read_text(encoding="utf-8").splitlines(keepends=True):
@@ -106,15 +105,14 @@ def main() -> None:
           f"PTB valid ({valid.numel():,} tokens)")
     print(f"{args.rounds} rounds, each the model level then the command; tokens/s are medians, the share is the "
           "median of the per-round ratios")
-    print("| path | batch | tokens/s | share of the model level |")
-    print("|---|---|---|---|")
+    print(markdown_table(["path", "batch", "tokens/s", "share of the model level"]))
     for label, batch, pairs in (("`txl eval --split valid`", args.batch_size, eval_pairs),
                                 (f"`txl score --doc-sep none` on {ids.numel():,} tokens (in-process, tokenizing "
                                  f"included)", 1, score_pairs)):
         level, command = (statistics.median(p[i] for p in pairs) for i in (0, 1))
         share = statistics.median(c / m for m, c in pairs)
-        print(f"| model level (bare loop) | {batch} | {level:,.0f} | 100% |")
-        print(f"| {label} | {batch} | {command:,.0f} | **{share:.0%}** |")
+        print(table_row(["model level (bare loop)", batch, f"{level:,.0f}", "100%"]))
+        print(table_row([label, batch, f"{command:,.0f}", f"**{share:.0%}**"]))
 
 if __name__ == "__main__":
     main()

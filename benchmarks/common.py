@@ -1,13 +1,15 @@
-"""Shared pieces of the benchmarks: the matmul throughput of this machine right now, and resident memory."""
+"""Shared pieces of the benchmarks: the matmul throughput of this machine right now, resident memory, a child
+command's JSON and Markdown tables."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import resource
+import subprocess
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterable, List, Optional, Sequence
 
 import torch
 
@@ -93,8 +95,31 @@ def last_line(done) -> dict:
     """The JSON object a child command (``--json``) printed last, or ``{"error": its last stderr line}`` when it
     failed (``done``: a ``subprocess.CompletedProcess`` with text output)."""
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+        return {"error": last_stderr_line(done, "failed")}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def last_stderr_line(done, default: str = "") -> str:
+    """The last line a finished child wrote to stderr (``default`` where it wrote none)."""
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else default
+
+
+def run_json(cmd: List[str], **kwargs) -> dict:
+    """:func:`last_line` of ``cmd`` run to its end (``subprocess.run`` with ``kwargs``, the output captured as
+    text; ``check=True`` raises on a failure)."""
+    return last_line(subprocess.run(cmd, capture_output=True, text=True, **kwargs))
+
+
+def table_row(cells: Iterable) -> str:
+    """One row of a Markdown table, ``| a | b |``, each cell ``str()``-ed; an empty one reads ``| |``."""
+    return "|" + "".join(f" {text} |" if text else " |" for text in map(str, cells))
+
+
+def markdown_table(headers: Sequence, rows: Iterable[Iterable] = ()) -> str:
+    """A GitHub Markdown table: the ``headers``, ``|---|`` under each, then the ``rows`` (see :func:`table_row`).
+    With no rows, the head alone, for rows printed one by one as they are measured."""
+    return "\n".join([table_row(headers), "|" + "---|" * len(headers), *map(table_row, rows)])
 
 
 def first_reach(curve: List[dict], level: float) -> Optional[int]:

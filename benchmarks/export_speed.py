@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, markdown_table, table_row
 
 from transformer_xl import TransformerXL, TransformerXLConfig, open_checkpoint
 from transformer_xl.export import export_model, fresh_memory, fresh_state
@@ -133,12 +133,11 @@ def main() -> None:
                 results[(name, "segment")].append(ms_per_token(fns[name], model, data, model.tgt_len, 8))
                 results[(name, "token")].append(ms_per_token(fns[name], model, data, 1, 40))
                 results[(name, "decode")].append(decode_ms(steps[name], data, 2 * model.tgt_len))
-    print(f"| runner | scoring, segments of {model.tgt_len} | single-token steps, segment graph | "
-          f"single-token steps, decoding graph |")
-    print("|---|---|---|---|")
+    print(markdown_table(["runner", f"scoring, segments of {model.tgt_len}", "single-token steps, segment graph",
+                          "single-token steps, decoding graph"]))
     for name in fns:
         seg, tok, dec = (statistics.median(results[(name, w)]) for w in ("segment", "token", "decode"))
-        print(f"| {name} | {seg:.3f} ms/token | {tok:.2f} ms/token | {dec:.2f} ms/token |")
+        print(table_row([name, f"{seg:.3f} ms/token", f"{tok:.2f} ms/token", f"{dec:.2f} ms/token"]))
 
 
 if __name__ == "__main__":

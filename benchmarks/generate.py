@@ -16,9 +16,14 @@ Example:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import markdown_table, table_row
 
 from transformer_xl.generation import DecodingCache
 from transformer_xl.model import TransformerXL, TransformerXLConfig
@@ -91,9 +96,8 @@ def main() -> None:
 def table(model, args) -> None:
     print(f"model: n_layer {args.n_layer}, d_model {args.d_model}, n_head {args.n_head}, vocab {args.vocab}; "
           f"{torch.get_num_threads()} threads; {args.tokens} tokens per cell, batch 1")
-    print("| M | cached ms/tok | reproject ms/tok | recompute ms/tok | cached tok/s | speed-up vs reproject "
-          "| vs recompute |")
-    print("|---|---|---|---|---|---|---|")
+    print(markdown_table(["M", "cached ms/tok", "reproject ms/tok", "recompute ms/tok", "cached tok/s",
+                          "speed-up vs reproject", "vs recompute"]))
     for mem_len in args.mem_lens:
         model.reset_length(tgt_len=1, ext_len=0, mem_len=mem_len)
         prompt = torch.randint(0, args.vocab, (1, mem_len + 1), generator=torch.Generator().manual_seed(mem_len))
@@ -101,8 +105,9 @@ def table(model, args) -> None:
         t_reproj = run_reproject(model, prompt, args.tokens)
         t_recomp = run_recompute(model, prompt, args.tokens, mem_len + 1)
         n = args.tokens
-        print(f"| {mem_len} | {1e3 * t_cached / n:.2f} | {1e3 * t_reproj / n:.2f} | {1e3 * t_recomp / n:.2f} "
-              f"| {n / t_cached:.1f} | {t_reproj / t_cached:.1f}x | {t_recomp / t_cached:.1f}x |", flush=True)
+        print(table_row([mem_len, *(f"{1e3 * t / n:.2f}" for t in (t_cached, t_reproj, t_recomp)),
+                         f"{n / t_cached:.1f}", f"{t_reproj / t_cached:.1f}x", f"{t_recomp / t_cached:.1f}x"]),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import markdown_table, table_row
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -88,8 +92,8 @@ def run_row(mlen: int, args) -> str:
         diff = f"{(cells['fused'][2].float() - cells['plain'][2].float()).abs().max().item():.1e}"
     else:
         speedup = mem_ratio = diff = "-"
-    return (f"| {mlen} | {klen} | {fmt('fused', 0)} | {fmt('plain', 0)} | {speedup} | "
-            f"{fmt('fused', 1, mib, '.1f')} | {fmt('plain', 1, mib, '.1f')} | {mem_ratio} | {diff} |")
+    return table_row([mlen, klen, fmt("fused", 0), fmt("plain", 0), speedup, fmt("fused", 1, mib, ".1f"),
+                      fmt("plain", 1, mib, ".1f"), mem_ratio, diff])
 
 
 def main() -> None:
@@ -117,8 +121,8 @@ def main() -> None:
 
     print(f"{torch.cuda.get_device_name()}; B {args.batch}, L {args.qlen}, H {args.n_head}, D {args.d_head}, "
           f"{args.dtype}, window {args.window}; forward + backward, mean of {args.repeat}")
-    print("| M | K | fused ms | plain ms | speedup | fused peak MiB | plain peak MiB | memory ratio | max abs diff |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(markdown_table(["M", "K", "fused ms", "plain ms", "speedup", "fused peak MiB", "plain peak MiB",
+                          "memory ratio", "max abs diff"]))
     for mlen in args.mem_lens:
         print(run_row(mlen, args), flush=True)
 

@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformer_xl.model import TransformerXL, TransformerXLConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MatmulReference
+from common import MatmulReference, markdown_table, table_row
 
 VARIANTS = ["fp32:plain", "fp32:triton", "bf16:plain", "bf16:triton", "fp16:plain", "fp16:triton"]
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -123,18 +123,18 @@ def main() -> None:
     print(f"{card}, torch {torch.__version__}; dense bf16 matmul measured: "
           f"{peak / 1e12:.0f} TFLOP/s. Model: {args.n_layer} layers, d_model {args.d_model}, {args.n_head} heads, "
           f"d_inner {args.d_inner}, tgt_len {args.tgt_len}, mem_len {args.mem_len}, batch {args.batch}, bytes")
-    print("| precision:attention | ms/step | tokens/s | peak memory | MFU (of measured bf16) | mean loss |")
-    print("|---|---|---|---|---|---|")
+    print(markdown_table(["precision:attention", "ms/step", "tokens/s", "peak memory", "MFU (of measured bf16)",
+                          "mean loss"]))
     for v in args.variants:
         try:
             r = run_variant(cfg, state, tokens, v, args.warmup, args.steps)
         except torch.cuda.OutOfMemoryError:
-            print(f"| {v} | out of memory | | | | |", flush=True)
+            print(table_row([v, "out of memory", "", "", "", ""]), flush=True)
             torch.cuda.empty_cache()
             continue
         mfu = r["flops"] / (r["ms"] / 1e3) / peak
-        print(f"| {v} | {r['ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['peak'] / 2**30:.2f} GiB | {100 * mfu:.1f}% "
-              f"| {r['loss']:.4f} |", flush=True)
+        print(table_row([v, f"{r['ms']:.1f}", f"{r['tokens_per_s']:,.0f}", f"{r['peak'] / 2**30:.2f} GiB",
+                         f"{100 * mfu:.1f}%", f"{r['loss']:.4f}"]), flush=True)
         torch.cuda.empty_cache()
 
 

@@ -72,7 +72,7 @@ def face_side(args) -> None:
 # ---------------------------------------------------------------------------- transformers 4.35.2 (the judge)
 def judge_side(args) -> None:
     import transformers
-    from common import cpu_description
+    from common import cpu_description, markdown_table, table_row
     from transformers import TransfoXLConfig, TransfoXLLMHeadModel
 
     transformers.logging.set_verbosity_error()
@@ -96,8 +96,8 @@ def judge_side(args) -> None:
           f"d_model {args.d_model}, {args.n_head} heads, vocabulary {args.vocab} (adaptive softmax), {params:,} "
           f"parameters; prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, batch 1, best of "
           f"{args.repeat}\n", flush=True)
-    print("| M | 4.35.2 greedy ms/token | face greedy | ratio | 4.35.2 beam 4 | face beam 4 | ratio | same tokens |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(markdown_table(["M", "4.35.2 greedy ms/token", "face greedy", "ratio", "4.35.2 beam 4", "face beam 4",
+                          "ratio", "same tokens"]))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "model"
         with warnings.catch_warnings():
@@ -123,8 +123,8 @@ def judge_side(args) -> None:
                 same = all(judge[k]["tokens"] == face[k]["tokens"] for k in judge)
                 g, b = judge["beam1"]["ms"], judge["beam4"]["ms"]
                 fg, fb = face["beam1"]["ms"], face["beam4"]["ms"]
-                print(f"| {mem_len} | {g:.2f} | {fg:.2f} | {g / fg:.1f}x | {b:.2f} | {fb:.2f} | {b / fb:.1f}x | "
-                      f"{'yes' if same else 'NO'} |", flush=True)
+                print(table_row([mem_len, f"{g:.2f}", f"{fg:.2f}", f"{g / fg:.1f}x", f"{b:.2f}", f"{fb:.2f}",
+                                 f"{b / fb:.1f}x", "yes" if same else "NO"]), flush=True)
     print(f"\n(transformers {transformers.__version__} here; the face ran transformers 5 in {hf5})")
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, markdown_table, table_row
 
 
 def main() -> None:
@@ -80,13 +80,12 @@ def main() -> None:
                 nll[name] += float(loss) / args.segments
     print(cpu_description(), f"| onnxruntime {ort.__version__}")
     print(f"{args.checkpoint}: {args.segments} segments of {L} x batch {args.batch}, memory carried\n")
-    print("| path | loss (nats) | vs fp32 | ms per segment (median) | speed vs eager fp32 |")
-    print("|---|---|---|---|---|")
+    print(markdown_table(["path", "loss (nats)", "vs fp32", "ms per segment (median)", "speed vs eager fp32"]))
     base_loss, base_time = nll["eager fp32"], statistics.median(seconds["eager fp32"])
     for name in paths:
         t = statistics.median(seconds[name])
-        print(f"| {name} | {nll[name]:.4f} | {100 * (nll[name] - base_loss) / base_loss:+.2f}% | {1e3 * t:.1f} "
-              f"| {base_time / t:.2f}x |")
+        print(table_row([name, f"{nll[name]:.4f}", f"{100 * (nll[name] - base_loss) / base_loss:+.2f}%",
+                         f"{1e3 * t:.1f}", f"{base_time / t:.2f}x"]))
 
 
 if __name__ == "__main__":

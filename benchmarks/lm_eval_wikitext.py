@@ -28,6 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import markdown_table
+
 from transformer_xl.lm_eval import wikitext_documents
 from transformer_xl.text.tokenizer import TransformerXLTokenizer
 
@@ -83,14 +86,13 @@ def main() -> int:
         stream = stream_score(args.checkpoint, path, lengths)
     r = harness["results"]
     print(f"checkpoint {args.checkpoint}, {harness['articles']} articles of {args.test_file}")
-    print("| way | divided by | count | perplexity |")
-    print("|---|---|---|---|")
-    print(f"| one stream, memory across articles (`txl score --doc-sep none`) | tokens | {stream['tokens']:,} | "
-          f"{math.exp(stream['loss']):.2f} |")
-    print(f"| each article from a fresh memory (lm-eval's requests) | tokens | {harness['tokens']:,} | "
-          f"{math.exp(-harness['logprob'] / harness['tokens']):.2f} |")
-    print(f"| lm-eval `word_perplexity` (same sum) | whitespace words | {harness['words']:,} | "
-          f"{r['word_perplexity,none']:.2f} |")
+    print(markdown_table(["way", "divided by", "count", "perplexity"], [
+        ["one stream, memory across articles (`txl score --doc-sep none`)", "tokens", f"{stream['tokens']:,}",
+         f"{math.exp(stream['loss']):.2f}"],
+        ["each article from a fresh memory (lm-eval's requests)", "tokens", f"{harness['tokens']:,}",
+         f"{math.exp(-harness['logprob'] / harness['tokens']):.2f}"],
+        ["lm-eval `word_perplexity` (same sum)", "whitespace words", f"{harness['words']:,}",
+         f"{r['word_perplexity,none']:.2f}"]]))
     print(f"lm-eval byte_perplexity {r['byte_perplexity,none']:.4f}, bits_per_byte {r['bits_per_byte,none']:.4f}")
     return 0
 

@@ -454,7 +454,7 @@ def heldout_stage(plan: dict, out: Path) -> dict:
     as a user runs it: the gain of each memory over M = L, per block and paired over blocks."""
     import importlib.metadata
 
-    from common import last_line  # benchmarks/common.py, beside this script
+    from common import run_json  # benchmarks/common.py, beside this script
 
     spec, L = plan["heldout"], plan["main"]["length"]
     model_dir = final_checkpoint(out / main_stage(plan))
@@ -469,7 +469,7 @@ def heldout_stage(plan: dict, out: Path) -> dict:
             cmd = txl_command() + ["eval", str(model_dir), "--dataset", "text", "--test-file", str(f),
                                    "--batch-size", "1", "--same-length", "--mem-len", str(k * L), "--json",
                                    "--cache-dir", str(cache)]
-            res = last_line(subprocess.run(cmd, capture_output=True, text=True, env=env))
+            res = run_json(cmd, env=env)
             if "error" in res:
                 raise StudyError(f"heldout: txl eval failed on {f}: {res['error']}")
             row["bpc"][str(k * L)] = res["loss"] / LN2
@@ -611,17 +611,18 @@ def summary_is_stale(target: Path, results: Path) -> bool:
 
 
 def print_summary(plan: dict, rows: dict) -> None:
+    from common import markdown_table, table_row  # benchmarks/common.py, beside this script
+
     mults = plan["eval"]["multiples"]
-    print("\n| model | " + " | ".join(f"M={k}L" for k in mults) + " | gain at 4L over L (± s.e.) | best |")
-    print("|---|" + "---|" * (len(mults) + 2))
+    print("\n" + markdown_table(["model", *(f"M={k}L" for k in mults), "gain at 4L over L (± s.e.)", "best"]))
     for name, r in rows.items():
         L = r["L"]
         for clamp in (-1, int(plan["eval"]["clamp"]) * L):
             cells = [r["bpc"][clamped_key(k * L, clamp)] for k in mults]
             g = r["gain_vs_L"][gain_key(4 * L, clamp)]
             best = mults[int(np.argmin(cells))]
-            print(f"| {name}{'' if clamp < 0 else f', clamp {clamp}'} | " + " | ".join(f"{c:.4f}" for c in cells) +
-                  f" | {g['gain']:+.4f} ± {g['se']:.4f} | {best}L |")
+            print(table_row([f"{name}{'' if clamp < 0 else f', clamp {clamp}'}", *(f"{c:.4f}" for c in cells),
+                             f"{g['gain']:+.4f} ± {g['se']:.4f}", f"{best}L"]))
 
 
 def draw(plan: dict, rows: dict, path: str) -> None:

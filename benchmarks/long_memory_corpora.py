@@ -22,6 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import markdown_table, table_row
+
 from transformer_xl.analysis.repeats import repeat_distances
 from transformer_xl.data import load_corpus
 
@@ -72,14 +75,13 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print("| corpus | level | train tokens | epochs at 64M | n | L = 64: (L, 4L] | (4L, 16L] | L = 128: (L, 4L] | "
-          "(4L, 16L] | valid 64-grams seen in train |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(markdown_table(["corpus", "level", "train tokens", "epochs at 64M", "n", "L = 64: (L, 4L]", "(4L, 16L]",
+                          "L = 128: (L, 4L]", "(4L, 16L]", "valid 64-grams seen in train"]))
     for r in rows:
         a, b = r["L=64"], r["L=128"]
-        print(f"| {r['corpus']} | {r['level']} | {r['train_tokens']:,} | {r['epochs_at_64M']:.1f} | {r['ngram']} | "
-              f"{a['(L, 4L]']:.1%} | {a['(4L, 16L]']:.1%} | {b['(L, 4L]']:.1%} | {b['(4L, 16L]']:.1%} | "
-              f"{r['valid_64grams_in_train']:.1%} |")
+        print(table_row([r["corpus"], r["level"], f"{r['train_tokens']:,}", f"{r['epochs_at_64M']:.1f}", r["ngram"],
+                         *(f"{s[k]:.1%}" for s in (a, b) for k in ("(L, 4L]", "(4L, 16L]")),
+                         f"{r['valid_64grams_in_train']:.1%}"]))
     return 0
 
 

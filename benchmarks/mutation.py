@@ -501,8 +501,9 @@ def counts(result: dict) -> Dict[str, int]:
 
 
 def summary(results: Sequence[dict]) -> str:
-    rows = ["| target | module | mutants | killed | survived | uncovered | not run | kill rate |",
-            "|---|---|---|---|---|---|---|---|"]
+    from common import markdown_table  # beside this script; here, not above: it imports torch
+
+    rows = []
     total_killed = total_run = 0
     for r in results:
         c = counts(r)
@@ -510,11 +511,12 @@ def summary(results: Sequence[dict]) -> str:
         judged = killed + c["survived"] + c["uncovered"]
         total_killed, total_run = total_killed + killed, total_run + judged
         rate = f"{100 * killed / judged:.1f}%" if judged else "-"
-        rows.append(f"| {r['target']} | `{r['path']}` | {len(r['mutants'])} | {killed} | {c['survived']} | "
-                    f"{c['uncovered']} | {c['not run']} | {rate} |")
+        rows.append([r["target"], f"`{r['path']}`", len(r["mutants"]), killed, c["survived"], c["uncovered"],
+                     c["not run"], rate])
     if total_run:
-        rows.append(f"| **core** | | | {total_killed} | | | | **{100 * total_killed / total_run:.1f}%** |")
-    lines = ["\n".join(rows), ""]
+        rows.append(["**core**", "", "", total_killed, "", "", "", f"**{100 * total_killed / total_run:.1f}%**"])
+    head = ["target", "module", "mutants", "killed", "survived", "uncovered", "not run", "kill rate"]
+    lines = [markdown_table(head, rows), ""]
     for r in results:
         left = [m for m in r["mutants"] if m["status"] in ("survived", "uncovered")]
         if left:

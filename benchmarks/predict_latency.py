@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_description
+from common import cpu_description, markdown_table, table_row
 
 
 def timed(predict, env, calls: int) -> float:
@@ -71,14 +71,13 @@ def main() -> int:
     except ImportError:
         pass
     print(f"# {cpu_description()}; {args.env}, one environment, {args.calls} calls x {args.repeats}")
-    print("| policy | ms a call (median) |")
-    print("|---|---|")
+    print(markdown_table(["policy", "ms a call (median)"]))
     results = {name: [] for name in policies}
     for _ in range(args.repeats):  # interleaved: a drift of the machine's speed affects all alike
         for name, predict in policies.items():
             results[name].append(timed(predict, env, args.calls))
     for name, values in results.items():
-        print(f"| {name} | {statistics.median(values) * 1e3:.2f} |")
+        print(table_row([name, f"{statistics.median(values) * 1e3:.2f}"]))
     return 0
 
 

@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import add_model_args, cpu_description
+from common import add_model_args, cpu_description, markdown_table, table_row
 from train_step import token_stream
 from vs_original import Ours, Theirs, build_ours, build_pair, load_original
 
@@ -96,16 +96,15 @@ def main() -> None:
                    for name, r in runners.items()}
         print(f"\n### {mode}: ms per step by op group (self CPU time, {args.steps} steps)\n")
         names = list(results)
-        print("| op group | " + " | ".join(f"{n} ms | {n} share" for n in names) + " |")
-        print("|---|" + "---|---|" * len(names))
+        print(markdown_table(["op group", *(f"{n} {what}" for n in names for what in ("ms", "share"))]))
         groups = [g for g, _ in GROUPS] + ["element-wise", "other"]
         for g in groups:
             cells = []
             for n in names:
                 by_group, wall, _ = results[n]
-                cells.append(f"{by_group[g]:.1f} | {by_group[g] / wall:.0%}")
-            print(f"| {g} | " + " | ".join(cells) + " |")
-        print("| **total** | " + " | ".join(f"**{results[n][1]:.1f}** | 100%" for n in names) + " |")
+                cells += [f"{by_group[g]:.1f}", f"{by_group[g] / wall:.0%}"]
+            print(table_row([g, *cells]))
+        print(table_row(["**total**", *(cell for n in names for cell in (f"**{results[n][1]:.1f}**", "100%"))]))
         if args.top:
             print(f"\ncostliest ops of ours ({mode}):")
             for e in results["ours"][2][:args.top]:

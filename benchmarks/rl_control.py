@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch
-from common import cpu_description, first_reach, jsonl_rows, last_line
+from common import cpu_description, first_reach, jsonl_rows, markdown_table, run_json
 
 TASKS = ["popgym-PositionOnlyPendulumEasy-v0", "popgym-NoisyPositionOnlyPendulumEasy-v0", "mujoco-HalfCheetah-P-v5",
          "mujoco-Hopper-P-v5", "mujoco-Walker2d-P-v5", "mujoco-HalfCheetah-V-v5"]
@@ -89,14 +88,12 @@ def sb3_settings(task: str, agent: str) -> dict:
 def run_txl(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
     run_dir = root / f"{agent}-{task}-{seed}"
     head = [sys.executable, "-m", "transformer_xl"]
-    result = last_line(subprocess.run([*head, "rl", task, "--seed", str(seed), "--steps", str(steps), "--threads",
-                                       "1", "--json", "--no-progress", "--run-dir", str(run_dir),
-                                       *TXL_AGENTS[agent]], capture_output=True, text=True, env=ENV))
+    result = run_json([*head, "rl", task, "--seed", str(seed), "--steps", str(steps), "--threads", "1", "--json",
+                       "--no-progress", "--run-dir", str(run_dir), *TXL_AGENTS[agent]], env=ENV)
     if "error" in result:
         return result
-    played = last_line(subprocess.run([*head, "rl-eval", str(run_dir), "--episodes", "100", "--seed", "1000",
-                                       "--json"], capture_output=True, text=True, env=ENV))
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    played = run_json([*head, "rl-eval", str(run_dir), "--episodes", "100", "--seed", "1000", "--json"], env=ENV)
+    records = jsonl_rows(run_dir / "metrics.jsonl")
     return {"mean_return": result["mean_return"], "evaluated": played.get("mean_return"), "steps": result["steps"],
             "seconds": result["seconds"], "curve": [{"step": r["step"], "mean_return": r["mean_return"]}
                                                     for r in records]}
@@ -161,8 +158,8 @@ def run_sb3(task: str, agent: str, seed: int, steps: int) -> dict:
     settings = sb3_settings(task, agent)
     if "error" in settings:
         return settings
-    return last_line(subprocess.run([sys.executable, "-c", SB3_SCRIPT, task, agent, str(seed), str(steps),
-                                     json.dumps(settings)], capture_output=True, text=True, env=ENV))
+    return run_json([sys.executable, "-c", SB3_SCRIPT, task, agent, str(seed), str(steps), json.dumps(settings)],
+                    env=ENV)
 
 
 def run_job(job: tuple, args, root: Path, out: Path) -> None:
@@ -208,17 +205,17 @@ def table(path: Path) -> str:
         finals = [r["mean_return"] for r in runs if r.get("mean_return") is not None]
         if finals:
             best[task] = max(best.get(task, -1e9), statistics.mean(finals))
-    lines = ["| task | agent | seeds | mean return (last 100 episodes) | evaluate_policy (100 episodes, most likely "
-             "actions) | steps to 90% of the best (median, runs) | largest fall after 90% of its best (runs over "
-             "10%) | steps/s while learning | wall time per run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    head = ["task", "agent", "seeds", "mean return (last 100 episodes)",
+            "evaluate_policy (100 episodes, most likely actions)", "steps to 90% of the best (median, runs)",
+            "largest fall after 90% of its best (runs over 10%)", "steps/s while learning", "wall time per run"]
+    body = []
     for task in dict.fromkeys(t for t, _ in rows):
         for agent in AGENTS:
             runs = [r for r in rows.get((task, agent), []) if "error" not in r and r.get("mean_return") is not None]
             if not runs:
                 errors = [r["error"] for r in rows.get((task, agent), []) if "error" in r]
                 if errors:
-                    lines.append(f"| {task} | {agent} | | cannot run: {errors[0][:80]} | | | | | |")
+                    body.append([task, agent, "", f"cannot run: {errors[0][:80]}", "", "", "", "", ""])
                 continue
             finals = [r["mean_return"] for r in runs]
             digits = 0 if task.startswith("mujoco-") else 2  # MuJoCo's returns in whole units, POPGym's in [-1, 1]
@@ -231,10 +228,10 @@ def table(path: Path) -> str:
             fell = f"{max(falls):.0%} ({sum(f > 0.1 for f in falls)}/{len(runs)})"
             sps = statistics.mean(r["steps"] / r["seconds"] for r in runs)
             wall = statistics.mean(r["wall"] for r in runs)
-            lines.append(f"| {task} | {agent} | {len(runs)} | {spread(finals, digits)} | "
-                         f"{spread(evaluated, digits) if evaluated else '—'} | {reach} | {fell} | {sps:,.0f} | "
-                         f"{wall / 60:.1f} min |")
-    return "\n".join(lines)
+            played = spread(evaluated, digits) if evaluated else "—"
+            body.append([task, agent, len(runs), spread(finals, digits), played, reach, fell, f"{sps:,.0f}",
+                         f"{wall / 60:.1f} min"])
+    return markdown_table(head, body)
 
 
 def main() -> None:

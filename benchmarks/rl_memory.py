@@ -20,10 +20,8 @@ the CPU named::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description, last_line
+from common import cpu_description, jsonl_rows, markdown_table, run_json
 
 AGENTS = {
     "GTrXL": [],
@@ -49,25 +47,25 @@ def run_one(task: str, flags: list, seed: int, steps: int, root: Path) -> dict:
     cmd = [sys.executable, "-m", "transformer_xl", "rl", task, "--seed", str(seed), "--threads", "1", "--json",
            "--no-progress", "--run-dir", str(run_dir), *flags] + (["--steps", str(steps)] if steps else [])
     start = time.perf_counter()
-    result = last_line(subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}))
+    result = run_json(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
     wall = time.perf_counter() - start
     if "error" in result:
         raise SystemExit(f"{' '.join(cmd)} failed: {result['error']}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = jsonl_rows(run_dir / "metrics.jsonl")
     hit = next((r["step"] for r in records if (r.get("mean_return") or -1e9) >= SOLVED), None)
     print(f"  {task} {' '.join(flags) or '(defaults)'} seed {seed}: mean return {result['mean_return']:.3f}, "
           f"0.9 reached at {hit}, {wall:.0f} s", flush=True)
     return {**result, "wall": wall, "solved_at": hit}
 
 
-def summarise(results: list) -> str:
+def summarise(results: list) -> list:
     returns = [r["mean_return"] for r in results]
     spread = f" ± {statistics.stdev(returns):.2f}" if len(returns) > 1 else ""
     solved = [r["solved_at"] for r in results]
     hits = [s for s in solved if s]
     reached = f"{statistics.median(hits) / 1000:.0f}k ({len(hits)}/{len(solved)})" if hits else f"— (0/{len(solved)})"
-    return (f"{statistics.mean(returns):.2f}{spread} | {reached} | "
-            f"{statistics.mean(r['wall'] for r in results) / 60:.1f} min")
+    return [f"{statistics.mean(returns):.2f}{spread}", reached,
+            f"{statistics.mean(r['wall'] for r in results) / 60:.1f} min"]
 
 
 def main() -> None:
@@ -90,10 +88,9 @@ def main() -> None:
         rows = {}
         for (task, name, _, _), future in futures:
             rows.setdefault((task, name), []).append(future.result())
-    print("\n| task | agent | mean return (last 100 episodes) | steps to 0.9 (median, runs) | wall time per run |")
-    print("|---|---|---|---|---|")
-    for (task, name), results in rows.items():
-        print(f"| {task.removeprefix('popgym-')} | {name} | {summarise(results)} |")
+    head = ["task", "agent", "mean return (last 100 episodes)", "steps to 0.9 (median, runs)", "wall time per run"]
+    print("\n" + markdown_table(head, [[task.removeprefix("popgym-"), name, *summarise(results)]
+                                       for (task, name), results in rows.items()]))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description, first_reach, jsonl_rows, last_line
+from common import cpu_description, first_reach, jsonl_rows, markdown_table, run_json
 
 EASY = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0", "popgym-CountRecallEasy-v0",
         "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0", "popgym-VelocityOnlyCartpoleEasy-v0",
@@ -58,7 +57,6 @@ TXL_AGENTS = {"gtrxl": [], "trxl": ["--gating", "none"], "gru": ["--core", "gru"
               "no-prev": ["--no-prev-action"], "prev-only": ["--mem-len", "0", "--prev-action"]}
 AGENTS = [*TXL_AGENTS, "recurrentppo", "cleanrl"]
 WINDOW = 100  # the last 100 finished episodes
-CPU = cpu_description()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -72,10 +70,10 @@ def run_txl(task: str, agent: str, seed: int, steps: int, root: Path) -> dict:
     run_dir = root / f"{agent}-{task}-{seed}"
     cmd = [sys.executable, "-m", "transformer_xl", "rl", task, "--seed", str(seed), "--threads", "1", "--json",
            "--no-progress", "--run-dir", str(run_dir), *TXL_AGENTS[agent]] + (["--steps", str(steps)] if steps else [])
-    result = last_line(subprocess.run(cmd, capture_output=True, text=True, env=ENV))
+    result = run_json(cmd, env=ENV)
     if "error" in result:
         return result
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = jsonl_rows(run_dir / "metrics.jsonl")
     curve = [{"step": r["step"], "mean_return": r["mean_return"]} for r in records]
     return {"mean_return": result["mean_return"], "steps": result["steps"], "seconds": result["seconds"],
             "curve": curve}
@@ -107,8 +105,7 @@ print(json.dumps({"mean_return": curve[-1]["mean_return"], "steps": model.num_ti
 
 
 def run_recurrentppo(task: str, seed: int, steps: int) -> dict:
-    return last_line(subprocess.run([sys.executable, "-c", RECURRENT, task, str(seed), str(steps)],
-                                    capture_output=True, text=True, env=ENV))
+    return run_json([sys.executable, "-c", RECURRENT, task, str(seed), str(steps)], env=ENV)
 
 
 # CleanRL's ppo_trxl.py makes its environments as gym.make(env_id, render_mode="debug_rgb_array"), does not import
@@ -173,7 +170,7 @@ def run_cleanrl(task: str, seed: int, steps: int, checkout: Path, python: str, r
     total = -(-steps // batch) * batch
     cmd = [python, "-c", CLEANRL_LAUNCH, str(script.resolve()), task, "--seed", str(seed),
            "--total-timesteps", str(total), *CLEANRL_FLAGS]
-    return last_line(subprocess.run(cmd, capture_output=True, text=True, cwd=run_root, env=ENV))
+    return run_json(cmd, cwd=run_root, env=ENV)
 
 
 # ---------------------------------------------------------------------------- the suite
@@ -192,7 +189,8 @@ def run_job(job: tuple, args, root: Path, out: Path) -> None:
         result = run_recurrentppo(task, seed, args.steps or txl_steps(task))
     else:
         result = run_cleanrl(task, seed, args.steps or txl_steps(task), args.cleanrl, args.cleanrl_python, root)
-    result.update(task=task, agent=agent, seed=seed, wall=round(time.perf_counter() - start, 1), cpu=CPU)
+    result.update(task=task, agent=agent, seed=seed, wall=round(time.perf_counter() - start, 1),
+                  cpu=cpu_description())
     with open(out, "a") as fh:
         fh.write(json.dumps(result) + "\n")
     shown = result.get("error") or f"mean return {result['mean_return']:.3f}, {result['wall']:.0f} s"
@@ -229,8 +227,9 @@ def table(path: Path) -> str:
         finals = [r["mean_return"] for r in runs if r.get("mean_return") is not None]
         if finals:
             best[task] = max(best.get(task, -1e9), statistics.mean(finals))
-    lines = ["| task | agent | mean return (last 100 episodes) | steps to 90% of the best (median, runs) | "
-             "largest fall after 0.9 (worst run) | wall time per run | steps/s |", "|---|---|---|---|---|---|---|"]
+    head = ["task", "agent", "mean return (last 100 episodes)", "steps to 90% of the best (median, runs)",
+            "largest fall after 0.9 (worst run)", "wall time per run", "steps/s"]
+    body = []
     for task in dict.fromkeys(t for t, _ in rows):
         for agent in AGENTS:
             runs = rows.get((task, agent))
@@ -239,7 +238,7 @@ def table(path: Path) -> str:
             errors = [r["error"] for r in runs if "error" in r]
             ok = [r for r in runs if "error" not in r and r.get("mean_return") is not None]
             if not ok:
-                lines.append(f"| {task.removeprefix('popgym-')} | {agent} | cannot run: {errors[0][:80]} | | | | |")
+                body.append([task.removeprefix("popgym-"), agent, f"cannot run: {errors[0][:80]}", "", "", "", ""])
                 continue
             finals = [r["mean_return"] for r in ok]
             spread = f" ± {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
@@ -252,9 +251,9 @@ def table(path: Path) -> str:
             fall = f"{max(falls):.2f} ({len(falls)}/{len(ok)} reached 0.9)" if falls else "—"
             wall = statistics.mean(r["wall"] for r in ok)
             sps = statistics.mean(r["steps"] / r["seconds"] for r in ok)
-            lines.append(f"| {task.removeprefix('popgym-')} | {agent} | {statistics.mean(finals):.2f}{spread} | "
-                         f"{reach} | {fall} | {wall / 60:.1f} min | {sps:,.0f} |")
-    return "\n".join(lines)
+            body.append([task.removeprefix("popgym-"), agent, f"{statistics.mean(finals):.2f}{spread}", reach, fall,
+                         f"{wall / 60:.1f} min", f"{sps:,.0f}"])
+    return markdown_table(head, body)
 
 
 def mean_se(values: List[float]) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, markdown_table, table_row
 
 from transformer_xl.rl import AgentConfig, MemoryAgent
 
@@ -74,18 +74,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="*", default=[1])
     args = parser.parse_args()
     print(f"{cpu_description()}; torch {torch.__version__}; {args.envs} environments per step\n")
-    print("| threads | memory | fixed-length memory, projected each step | decoding cache | ring | ring against "
-          "projected / cache |")
-    print("|---|---|---|---|---|---|")
+    print(markdown_table(["threads", "memory", "fixed-length memory, projected each step", "decoding cache", "ring",
+                          "ring against projected / cache"]))
     base = {}
     for threads in args.threads:
         torch.set_num_threads(threads)
         for mem_len in args.mem_lens:
             fixed, cached, ring = measure(mem_len, args.envs, args.steps, args.repeats)
             base.setdefault(threads, ring)
-            print(f"| {threads} | M = {mem_len} | {fixed * 1e3:.2f} ms | {cached * 1e3:.2f} ms | {ring * 1e3:.2f} ms "
-                  f"({ring / base[threads]:.2f}x M = {args.mem_lens[0]}) | {fixed / ring:.1f}x / "
-                  f"{cached / ring:.1f}x |", flush=True)
+            print(table_row([threads, f"M = {mem_len}", f"{fixed * 1e3:.2f} ms", f"{cached * 1e3:.2f} ms",
+                             f"{ring * 1e3:.2f} ms ({ring / base[threads]:.2f}x M = {args.mem_lens[0]})",
+                             f"{fixed / ring:.1f}x / {cached / ring:.1f}x"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch
-from common import cpu_description, first_reach, jsonl_rows, last_line
+from common import cpu_description, first_reach, jsonl_rows, run_json
 
 HERE = Path(__file__).parent / "user_envs"
 #: (name, id, constructor arguments, flags): the flags are the documented ones for a memory longer than the default.
@@ -40,15 +39,14 @@ def run(task: tuple, seed: int, root: Path, out: Path) -> None:
     name, env_id, kwargs, flags = task
     run_dir = root / f"{name.replace(' ', '_').replace(',', '')}-{seed}"
     start = time.perf_counter()
-    result = last_line(subprocess.run([sys.executable, "-m", "transformer_xl", "rl", env_id, "--env-kwargs",
-                                       json.dumps(kwargs), "--seed", str(seed), "--run-dir", str(run_dir), "--json",
-                                       "--no-progress", *flags], capture_output=True, text=True, env=ENV, cwd=HERE))
+    result = run_json([sys.executable, "-m", "transformer_xl", "rl", env_id, "--env-kwargs", json.dumps(kwargs),
+                       "--seed", str(seed), "--run-dir", str(run_dir), "--json", "--no-progress", *flags], env=ENV,
+                      cwd=HERE)
     wall = time.perf_counter() - start
     if "error" in result:
         row = {"error": result["error"]}
     else:
-        curve = [{"step": r["step"], "mean_return": r["mean_return"]}
-                 for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+        curve = [{"step": r["step"], "mean_return": r["mean_return"]} for r in jsonl_rows(run_dir / "metrics.jsonl")]
         row = {"mean_return": result["mean_return"], "steps": result["steps"], "seconds": result["seconds"],
                "hints": result["hints"], "first_08": first_reach(curve, 0.8), "curve": curve}
     row.update(task=name, seed=seed, wall=round(wall, 1), cpu=CPU)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,9 +60,9 @@ def run(vector: str, cost_ms: float, kind: str, steps: int, work: Path) -> float
            json.dumps({"cost_ms": cost_ms, "kind": kind}), "--vector", vector, "--steps", str(steps), "--threads",
            "1", "--json", "--no-progress", "--run-dir", str(run_dir)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    from common import last_line  # here, not above: the children import this file as the environment's module
+    from common import run_json  # here, not above: the children import this file as the environment's module
 
-    result = last_line(subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, env=env))
+    result = run_json(cmd, cwd=HERE, env=env)
     if "error" in result:
         raise SystemExit(f"{' '.join(cmd)}: {result['error']}")
     return result["steps"] / result["seconds"]
@@ -78,12 +77,11 @@ def main() -> None:
     import tempfile
 
     sys.path.insert(0, str(HERE))
-    from common import cpu_description
+    from common import cpu_description, markdown_table, table_row
 
     print(cpu_description(), f"| {os.cpu_count()} cores | txl rl --envs 16 --threads 1 --steps {args.steps}")
     print()
-    print("| extra cost of a step | sync (steps/s) | async (steps/s) | async / sync |")
-    print("|---|---|---|---|")
+    print(markdown_table(["extra cost of a step", "sync (steps/s)", "async (steps/s)", "async / sync"]))
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.kinds:
             for cost in args.costs:
@@ -92,7 +90,7 @@ def main() -> None:
                 sync = run("sync", cost, kind, args.steps, Path(tmp))
                 async_ = run("async", cost, kind, args.steps, Path(tmp))
                 what = "none" if cost == 0 else f"{cost:g} ms {'waiting' if kind == 'wait' else 'computing'}"
-                print(f"| {what} | {sync:,.0f} | {async_:,.0f} | {async_ / sync:.2f}x |", flush=True)
+                print(table_row([what, f"{sync:,.0f}", f"{async_:,.0f}", f"{async_ / sync:.2f}x"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -45,14 +45,13 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description, first_reach, jsonl_rows, last_line
+from common import cpu_description, first_reach, jsonl_rows, markdown_table, run_json
 
 ENV_NAME = "rllib-scale-task"
 TASKS = {
@@ -122,9 +121,8 @@ def play(algo, task: str, directory: Path) -> dict:
         agent_dir = restored.get_module().save_agent(directory / "agent", env_id(task))
     finally:
         restored.stop()
-    played = last_line(subprocess.run([sys.executable, "-m", "transformer_xl", "rl-eval", str(agent_dir),
-                                       "--episodes", "100", "--seed", "1000", "--threads", "1", "--json"],
-                                      capture_output=True, text=True))
+    played = run_json([sys.executable, "-m", "transformer_xl", "rl-eval", str(agent_dir), "--episodes", "100",
+                       "--seed", "1000", "--threads", "1", "--json"])
     if "error" in played:
         raise SystemExit(f"txl rl-eval failed: {played['error']}")
     return {"rllib_eval_return": rllib_return, "rllib_eval_episodes": episodes,
@@ -204,11 +202,9 @@ def table(rows) -> str:
     for row in rows:
         groups.setdefault((row["task"], row["module"], row["runners"]), []).append(row)
     first = rows[0]
-    lines = [f"Ray {first['ray']}; {first['cpu']}; {first['envs_per_runner']} environments per runner, "
-             f"{first['batch']} steps per iteration\n",
-             f"| task | module | runners | seeds | steps | mean return at the end | steps to {LEVEL} (runs) | "
-             "steps/s | minutes a run | checkpoint: RLlib evaluate / txl rl-eval (100 episodes) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    head = ["task", "module", "runners", "seeds", "steps", "mean return at the end", f"steps to {LEVEL} (runs)",
+            "steps/s", "minutes a run", "checkpoint: RLlib evaluate / txl rl-eval (100 episodes)"]
+    body = []
     for (task, module, runners), group in groups.items():
         reach = [first_reach(r["curve"], LEVEL) for r in group]
         hits = sorted(r for r in reach if r is not None)
@@ -218,11 +214,12 @@ def table(rows) -> str:
         if "rllib_eval_return" in group[0]:
             played = (f"{spread([r['rllib_eval_return'] for r in group])} / "
                       f"{spread([r['txl_rl_eval_return'] for r in group])}")
-        lines.append(f"| {task} | {module} | {runners} | {len(group)} | {min(r['steps'] for r in group):,} | "
-                     f"{spread([r['mean_return'] for r in group])} | {reached} | "
-                     f"{statistics.mean(r['steps_per_s'] for r in group):,.0f} | "
-                     f"{statistics.mean(r['seconds'] for r in group) / 60:.1f} | {played} |")
-    return "\n".join(lines)
+        body.append([task, module, runners, len(group), f"{min(r['steps'] for r in group):,}",
+                     spread([r["mean_return"] for r in group]), reached,
+                     f"{statistics.mean(r['steps_per_s'] for r in group):,.0f}",
+                     f"{statistics.mean(r['seconds'] for r in group) / 60:.1f}", played])
+    return (f"Ray {first['ray']}; {first['cpu']}; {first['envs_per_runner']} environments per runner, "
+            f"{first['batch']} steps per iteration\n\n" + markdown_table(head, body))
 
 
 def runners_arg(text: str):

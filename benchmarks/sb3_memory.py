@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import first_reach, jsonl_rows
+from common import first_reach, jsonl_rows, markdown_table, run_json
 
 TASKS = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0"]
 AGENTS = {"txlppo": "TransformerXLPPO (GTrXL)", "recurrentppo": "RecurrentPPO (LSTM)", "ppo": "PPO (no memory)"}
@@ -109,12 +108,7 @@ def done_keys(path: Path) -> set:
 def run_job(job: tuple, steps: int, out: Path) -> None:
     task, agent, seed = job
     cmd = [sys.executable, __file__, "--run", task, agent, str(seed), str(steps)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        result = {"error": lines[-1] if lines else "failed"}
-    else:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_json(cmd, env=ENV)
     result.update(task=task, agent=agent, seed=seed)
     with open(out, "a") as fh:
         fh.write(json.dumps(result) + "\n")
@@ -128,9 +122,9 @@ def table(path: Path) -> str:
     for r in jsonl_rows(path):
         rows.setdefault((r["task"], r["agent"]), []).append(r)
     cpus = sorted({r["cpu"] for r in jsonl_rows(path) if "cpu" in r})
-    lines = [*cpus, "", f"| task | agent | seeds | evaluate_policy mean return (100 episodes, deterministic) | "
-             f"steps to {LEVEL} (median, runs) | steps/s while learning | wall time per run |",
-             "|---|---|---|---|---|---|---|"]
+    head = ["task", "agent", "seeds", "evaluate_policy mean return (100 episodes, deterministic)",
+            f"steps to {LEVEL} (median, runs)", "steps/s while learning", "wall time per run"]
+    body = []
     for task in dict.fromkeys(t for t, _ in rows):
         for agent in AGENTS:
             runs = rows.get((task, agent))
@@ -139,7 +133,7 @@ def table(path: Path) -> str:
             ok = [r for r in runs if "error" not in r]
             name = task.removeprefix("popgym-")
             if not ok:
-                lines.append(f"| {name} | {AGENTS[agent]} | 0 | cannot run: {runs[0]['error'][:80]} | | | |")
+                body.append([name, AGENTS[agent], 0, f"cannot run: {runs[0]['error'][:80]}", "", "", ""])
                 continue
             evals = [r["eval_mean"] for r in ok]
             spread = f" ± {statistics.stdev(evals):.2f}" if len(evals) > 1 else " (1 seed)"
@@ -148,9 +142,9 @@ def table(path: Path) -> str:
                 f"never (0/{len(ok)})"
             sps = statistics.mean(r["steps"] / r["seconds"] for r in ok)
             wall = statistics.mean(r["wall"] for r in ok)
-            lines.append(f"| {name} | {AGENTS[agent]} | {len(ok)} | {statistics.mean(evals):.2f}{spread} | {reach} | "
-                         f"{sps:,.0f} | {wall / 60:.1f} min |")
-    return "\n".join(lines)
+            body.append([name, AGENTS[agent], len(ok), f"{statistics.mean(evals):.2f}{spread}", reach, f"{sps:,.0f}",
+                         f"{wall / 60:.1f} min"])
+    return "\n".join([*cpus, "", markdown_table(head, body)])
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ import os
 import platform
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -134,9 +133,10 @@ def main() -> int:
         t0 = time.perf_counter()
         n_bytes = write_checkpoint(work / "model.ckpt", args.size_gib)
         t_write = time.perf_counter() - t0
-        out = subprocess.run([sys.executable, __file__, "--measure", str(work / "model.ckpt")], check=True,
-                             capture_output=True, text=True, env={**os.environ}).stdout
-        r = json.loads(out)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from common import run_json  # here, not above: the measured child runs this file, and common imports torch
+
+        r = run_json([sys.executable, __file__, "--measure", str(work / "model.ckpt")], check=True, env={**os.environ})
         print(f"CPU: {cpu_model()} ({os.cpu_count()} logical cores)")
         print(f"checkpoint: {n_bytes / 2**30:.2f} GiB in {r['tensors']} float32 tensors (written in {t_write:.1f} s)")
         print(f"read_tf_checkpoint (index + crc32c of every tensor): {r['read_s']:.2f} s "

@@ -12,7 +12,6 @@ with a busy process sharing them (``--cores`` pins everything to the same cores)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -68,8 +67,9 @@ def run(workload: str, threads: int, passive: bool, cores: str, repeat: int) -> 
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     cmd = (["taskset", "-c", cores] if cores else []) + [sys.executable, "-c", CHILD, workload, str(repeat)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["median_ms"]
+    from common import run_json
+
+    return run_json(cmd, env=env, check=True)["median_ms"]
 
 
 def main() -> None:
@@ -77,11 +77,10 @@ def main() -> None:
     parser.add_argument("--cores", default="", help="pin to these cores, e.g. 0,1 (and the busy process too)")
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    from common import cpu_description
+    from common import cpu_description, markdown_table, table_row
 
     print(cpu_description().split(" | torch")[0], f"| cores {args.cores or 'all'}")
-    print("| workload | cores | 1 thread | 2 threads | 2 threads, OMP_WAIT_POLICY=PASSIVE |")
-    print("|---|---|---|---|---|")
+    print(markdown_table(["workload", "cores", "1 thread", "2 threads", "2 threads, OMP_WAIT_POLICY=PASSIVE"]))
     for busy in (False, True):
         hog = None
         if busy:  # one busy process on the same cores: a shared machine
@@ -93,8 +92,8 @@ def main() -> None:
                 cells = [run(workload, 1, False, args.cores, args.repeat), run(workload, 2, False, args.cores,
                                                                                args.repeat),
                          run(workload, 2, True, args.cores, args.repeat)]
-                print(f"| {workload} | {'shared with a busy process' if busy else 'idle'} | "
-                      + " | ".join(f"{c:.2f} ms" for c in cells) + " |", flush=True)
+                print(table_row([workload, "shared with a busy process" if busy else "idle",
+                                 *(f"{c:.2f} ms" for c in cells)]), flush=True)
         finally:
             if hog is not None:
                 hog.kill()

@@ -19,6 +19,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import markdown_table
+
 HERE = Path(__file__).resolve().parent
 TASKS = ("popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0")
 MODULES = ("txl", "lstm", "mlp")
@@ -53,8 +56,7 @@ def mean_se(values):
 
 
 def table(results) -> str:
-    lines = ["| task | memory | return at 100k | return at 300k | steps to 0.8 (per seed) | env steps/s | wall |",
-             "|---|---|---|---|---|---|---|"]
+    body = []
     for task in TASKS:
         for module in MODULES:
             rows = [r for r in results if r["env"] == task and r["module"] == module]
@@ -64,10 +66,11 @@ def table(results) -> str:
             speed = statistics.mean(r["steps_per_s"] for r in rows)
             wall = statistics.mean(r["seconds"] for r in rows)
             name = task.removeprefix("popgym-").removesuffix("-v0")
-            lines.append(f"| {name} | {module} | {mean_se(at(r['curve'], 100_000) for r in rows)} | "
-                         f"{mean_se(at(r['curve'], 300_000) for r in rows)} | {reach} | {speed:,.0f} | "
-                         f"{wall / 60:.1f} min |")
-    return "\n".join(lines)
+            body.append([name, module, mean_se(at(r["curve"], 100_000) for r in rows),
+                         mean_se(at(r["curve"], 300_000) for r in rows), reach, f"{speed:,.0f}",
+                         f"{wall / 60:.1f} min"])
+    return markdown_table(["task", "memory", "return at 100k", "return at 300k", "steps to 0.8 (per seed)",
+                           "env steps/s", "wall"], body)
 
 
 def main(argv=None) -> int:

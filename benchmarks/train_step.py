@@ -36,7 +36,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MatmulReference, add_model_args, current_rss_bytes, peak_rss_bytes
+from common import (
+    MatmulReference,
+    add_model_args,
+    current_rss_bytes,
+    last_line,
+    last_stderr_line,
+    markdown_table,
+    peak_rss_bytes,
+    table_row,
+)
 
 VARIANTS = ("fp32", "fp32-faults", "fp32+compile", "bf16", "bf16+compile")
 
@@ -152,25 +161,22 @@ def main() -> None:
           f"tgt_len {args.tgt_len}, mem_len {args.mem_len}, batch {args.batch}, vocab {args.vocab}, "
           f"dropout {args.dropout}; {torch.get_num_threads()} threads; {args.steps} timed steps per variant")
     print("MFU: median over the timed steps of (step FLOPs / step time) / (matmul FLOP/s measured around that step)")
-    print("| variant | ms/step | tokens/s | peak MiB | GFLOP/step | ref fp32 GFLOP/s | MFU vs fp32 | ref bf16 GFLOP/s "
-          "| MFU vs bf16 | first step s | mean abs loss diff vs first |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(markdown_table(["variant", "ms/step", "tokens/s", "peak MiB", "GFLOP/step", "ref fp32 GFLOP/s", "MFU vs fp32",
+                          "ref bf16 GFLOP/s", "MFU vs bf16", "first step s", "mean abs loss diff vs first"]))
     base = None
     for name in args.variants:
         out = subprocess.run([sys.executable, __file__, "--variant", name] + sys.argv[1:], capture_output=True,
                              text=True)
         if out.returncode != 0:
-            reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode
-            print(f"| {name} | failed: {reason} |")
+            print(table_row([name, f"failed: {last_stderr_line(out, str(out.returncode))}"]))
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = last_line(out)
         base = base or r
         diff = statistics.fmean(abs(a - b) for a, b in zip(r["losses"], base["losses"]))
-        print(f"| {name} | {1e3 * r['seconds']:.0f} | {r['tokens'] / r['seconds']:.0f} "
-              f"| {r['peak_bytes'] / 2 ** 20:.0f} "
-              f"| {r['flops'] / 1e9:.1f} | {r['ref']['fp32'] / 1e9:.0f} | {r['mfu']['fp32']:.0%} "
-              f"| {r['ref']['bf16'] / 1e9:.0f} | {r['mfu']['bf16']:.0%} | {r['first_step_seconds']:.1f} | {diff:.4f} |",
-              flush=True)
+        print(table_row([name, f"{1e3 * r['seconds']:.0f}", f"{r['tokens'] / r['seconds']:.0f}",
+                         f"{r['peak_bytes'] / 2 ** 20:.0f}", f"{r['flops'] / 1e9:.1f}", f"{r['ref']['fp32'] / 1e9:.0f}",
+                         f"{r['mfu']['fp32']:.0%}", f"{r['ref']['bf16'] / 1e9:.0f}", f"{r['mfu']['bf16']:.0%}",
+                         f"{r['first_step_seconds']:.1f}", f"{diff:.4f}"]), flush=True)
     if base:
         print(f"loss after {len(base['losses'])} steps ({base['variant']}): {base['losses'][-1]:.4f}")
 

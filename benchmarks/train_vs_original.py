@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, markdown_table
 
 MODEL = dict(n_layer=16, d_model=380, n_head=10, d_head=38, d_inner=900, dropout=0.6, dropatt=0.2, tgt_len=70,
              mem_len=70)
@@ -156,12 +156,11 @@ def main() -> None:
         data = prepare_data(Path(args.ptb), work)
         theirs = run_original(code, data, work, args, env)
         ours = run_ours(Path(args.ptb), work, args, env)
-    print("| run | ms/step (steady) | seconds to the last step (start-up included) |")
-    print("|---|---|---|")
-    print(f"| original train.py | {theirs['ms_per_step']:.0f} | {theirs['seconds']:.1f} |")
-    print(f"| txl train | {ours['ms_per_step']:.0f} | {ours['seconds']:.1f} |")
-    print(f"| **speed-up** | **{theirs['ms_per_step'] / ours['ms_per_step']:.2f}x** | "
-          f"**{theirs['seconds'] / ours['seconds']:.2f}x** |")
+    print(markdown_table(["run", "ms/step (steady)", "seconds to the last step (start-up included)"], [
+        ["original train.py", f"{theirs['ms_per_step']:.0f}", f"{theirs['seconds']:.1f}"],
+        ["txl train", f"{ours['ms_per_step']:.0f}", f"{ours['seconds']:.1f}"],
+        ["**speed-up**", f"**{theirs['ms_per_step'] / ours['ms_per_step']:.2f}x**",
+         f"**{theirs['seconds'] / ours['seconds']:.2f}x**"]]))
 
 
 if __name__ == "__main__":

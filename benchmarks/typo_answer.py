@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_description
+from common import cpu_description, last_stderr_line, markdown_table, table_row
 
 COMMANDS = (["generate", "runs/defualt", "--prompt", "hi"], ["eval", "runs/defualt"],
             ["score", "runs/defualt", "notes.txt"], ["export", "runs/defualt", "model.onnx"],
@@ -33,15 +33,14 @@ def timed(argv, cwd: Path, repeat: int = 3):
         start = time.perf_counter()
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
         times.append(time.perf_counter() - start)
-        line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+        line = last_stderr_line(done)
     return statistics.median(times), line
 
 
 def main() -> int:
     txl = shutil.which("txl") or str(Path(sys.executable).with_name("txl"))
     print(f"# {cpu_description()}")
-    print("| command | answered early | after torch loads | ratio | line |")
-    print("|---|---|---|---|---|")
+    print(markdown_table(["command", "answered early", "after torch loads", "ratio", "line"]))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "runs" / "default").mkdir(parents=True)
@@ -51,7 +50,8 @@ def main() -> int:
             early, line = timed([txl, *argv], root)
             late, late_line = timed([sys.executable, "-c", LATE, *argv], root)
             same = "" if line == late_line else f" (late: {late_line})"
-            print(f"| txl {' '.join(argv)} | {early:.2f} s | {late:.2f} s | {late / early:.0f}x | {line}{same} |")
+            print(table_row([f"txl {' '.join(argv)}", f"{early:.2f} s", f"{late:.2f} s", f"{late / early:.0f}x",
+                             f"{line}{same}"]))
     return 0
 
 

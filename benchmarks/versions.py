@@ -19,12 +19,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description
+from common import cpu_description, markdown_table, run_json, table_row
 
 WORKER = r'''
 import json, sys, time, statistics, torch
@@ -80,9 +79,8 @@ print(json.dumps(result))
 
 def run(src: str, threads: int, steps: int, decode_mem: int, fields: dict) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
-    out = subprocess.run([sys.executable, "-c", WORKER, str(threads), str(steps), str(decode_mem), json.dumps(fields)],
-                         env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json([sys.executable, "-c", WORKER, str(threads), str(steps), str(decode_mem), json.dumps(fields)],
+                    env=env, check=True)
 
 
 def main() -> None:
@@ -103,13 +101,12 @@ def main() -> None:
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             results[name].append(run(getattr(args, name), args.threads, args.steps, args.decode_mem, fields))
-    print(f"| workload | {args.old} ms | {args.new} ms | new / old |")
-    print("|---|---|---|---|")
+    print(markdown_table(["workload", f"{args.old} ms", f"{args.new} ms", "new / old"]))
     for key, label in (("train_ms", "training step"), ("eval_ms", "evaluation segment"),
                        ("decode_ms", f"cached decoding, M = {args.decode_mem}")):
         old = statistics.median(r[key] for r in results["old"])
         new = statistics.median(r[key] for r in results["new"])
-        print(f"| {label} | {old:.2f} | {new:.2f} | {new / old:.3f} |")
+        print(table_row([label, f"{old:.2f}", f"{new:.2f}", f"{new / old:.3f}"]))
 
 
 if __name__ == "__main__":

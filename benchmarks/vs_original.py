@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import add_model_args, cpu_description
+from common import add_model_args, cpu_description, markdown_table, table_row
 from train_step import token_stream
 
 MODES = ("train", "eval", "bf16", "eval-bf16", "eval-bf16-compile")
@@ -212,17 +212,17 @@ def main() -> None:
     print(f"same computation: largest per-token loss difference over 3 segments with memory {worst:.2e}")
     if worst > 1e-4:
         sys.exit("vs_original.py: the two models disagree; not timing them")
-    print("| mode | original ms/step | ours ms/step | speed-up (median of per-round ratios) | min | max |")
-    print("|---|---|---|---|---|---|")
+    print(markdown_table(["mode", "original ms/step", "ours ms/step", "speed-up (median of per-round ratios)", "min",
+                          "max"]))
     for mode in args.modes:
         ratios, med = time_mode(mode, original, args, rows)
         label = {"train": "training step, fp32", "eval": "evaluation (no grad), fp32",
                  "bf16": "training step, ours bf16 autocast vs original fp32",
                  "eval-bf16": "evaluation (no grad), ours bf16 weights vs original fp32",
                  "eval-bf16-compile": "evaluation (no grad), ours bf16 weights + torch.compile vs original fp32"}[mode]
-        print(f"| {label} | {1e3 * med['original']:.1f} | {1e3 * med['ours']:.1f} "
-              f"| **{statistics.median(ratios):.2f}x** "
-              f"| {min(ratios):.2f}x | {max(ratios):.2f}x |", flush=True)
+        print(table_row([label, f"{1e3 * med['original']:.1f}", f"{1e3 * med['ours']:.1f}",
+                         f"**{statistics.median(ratios):.2f}x**", f"{min(ratios):.2f}x", f"{max(ratios):.2f}x"]),
+              flush=True)
 
 
 if __name__ == "__main__":
