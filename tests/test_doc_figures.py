@@ -42,3 +42,45 @@ def test_unsourced_and_older_than_narrow_the_list():
     assert all(s["written"] for s in older) and len(older) <= len(every)
     bad = run("--older-than", "no-such-rev")
     assert bad.returncode != 0 and "not a commit" in bad.stderr
+
+
+def test_every_section_with_figures_names_the_code_they_were_measured_on():
+    done = run("--json", "--untagged")
+    assert done.returncode == 0, done.stderr
+    untagged = [json.loads(line) for line in done.stdout.splitlines()]
+    assert untagged == [], [f"{s['page']}:{s['line']} {s['title']}" for s in untagged]
+    tags = {json.loads(line)["tag"] for line in run("--json").stdout.splitlines()}
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True).returncode != 0:
+        return  # not a git work tree: the commits cannot be looked up
+    unknown = [t for t in tags if subprocess.run(["git", "cat-file", "-e", f"{t}^{{commit}}"], cwd=REPO,
+                                                 capture_output=True).returncode != 0]
+    assert unknown == []
+
+
+def load_doc_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("doc_figures", REPO / "benchmarks" / "doc_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_write_tags_puts_the_tag_under_the_paragraph_of_the_last_figure(tmp_path, monkeypatch):
+    figures = load_doc_figures()
+    monkeypatch.setattr(figures, "REPO", tmp_path)
+    page = tmp_path / "README.md"
+    page.write_text("# Top\n\n## Speed\n\nIt steps 2,300 steps/s\nagainst 966 steps/s.\n\n```bash\ntxl rl\n```\n\n"
+                    "## Settings\n\n<!-- not measured -->\nThe last 5% is validation.\n\n## Tagged\n\n3.1x faster.\n\n"
+                    "<sub>Measured at `abc1234` (2026-12-01).</sub>\n", encoding="utf-8")
+    found = figures.sections(page)
+    assert [s.title for s in found] == ["Speed", "Tagged"]  # the settings are no figures
+    assert found[1].tag == "abc1234" and found[1].tag_date == "2026-12-01"
+    found[0].written, found[0].written_date = "0123456789", "2026-11-30"
+    assert [s.title for s in figures.write_tags(found)] == ["Speed"]
+    lines = page.read_text(encoding="utf-8").splitlines()
+    assert lines[5:9] == ["against 966 steps/s.", "", "<sub>Measured at `0123456` (2026-11-30).</sub>", ""]
+    assert lines[9] == "```bash"
+    again = figures.sections(page)
+    assert [(s.title, s.tag) for s in again] == [("Speed", "0123456"), ("Tagged", "abc1234")]
