@@ -39,7 +39,8 @@ def test_unsourced_and_older_than_narrow_the_list():
     if head.returncode != 0:  # not a git work tree: nothing to date the figures by
         return
     older = [json.loads(line) for line in run("--json", "--older-than", "HEAD").stdout.splitlines()]
-    assert all(s["written"] for s in older) and len(older) <= len(every)
+    assert all(s["tag"] or s["written"] for s in older) and len(older) <= len(every)
+    assert all(s["tag"] != head.stdout.strip()[:7] for s in older)  # a tag of HEAD itself is not older than HEAD
     bad = run("--older-than", "no-such-rev")
     assert bad.returncode != 0 and "not a commit" in bad.stderr
 
