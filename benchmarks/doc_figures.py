@@ -55,7 +55,6 @@ class Section:
     written_time: int = 0
     tag: Optional[str] = None  # the commit of the "measured at" line under the figures
     tag_date: Optional[str] = None
-    tag_line: Optional[int] = None
     end: int = 0  # the section's last line
     unmeasured: bool = False
 
@@ -82,7 +81,7 @@ def sections(path: Path) -> List[Section]:
             section.unmeasured = True
         tag = None if in_code else TAG.match(line)
         if tag:
-            section.tag, section.tag_date, section.tag_line = tag.group(1), tag.group(2), number
+            section.tag, section.tag_date = tag.group(1), tag.group(2)
             continue
         for command in COMMAND.findall(line) if (in_code or "`" in line) else []:
             command = command.strip().rstrip("\\").strip()
@@ -158,7 +157,7 @@ def write_tags(found: List[Section]) -> List[Section]:
     """Give each section without a tag one under its figures, naming the commit that last wrote them; returns the
     sections tagged (a section whose figures are not committed yet is left for its author)."""
     done = []
-    for page in dict.fromkeys(s.page for s in found):
+    for page in dict.fromkeys(s.page for s in found if s.tag is None and s.written):  # pages that change only
         path = REPO / page
         lines = path.read_text(encoding="utf-8").splitlines()
         for s in sorted((s for s in found if s.page == page and s.tag is None and s.written), key=lambda s: -s.line):
