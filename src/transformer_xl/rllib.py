@@ -48,6 +48,9 @@ dimension, which RLlib maps to the space's bounds), so the agent's Gaussian live
 agent (:meth:`TransformerXLRLModule.save_agent`) has its head mapped as RLlib maps the actions, so it acts in the
 environment's own units (and :meth:`~TransformerXLRLModule.load_agent` maps back).
 
+Observations and rewards reach the module as RLlib gives them: it normalises neither (``txl rl`` does with Box
+actions); RLlib's ``MeanStdFilter`` env-to-module connector normalises Box observations in front of it.
+
 Importing this module registers POPGym's environments with Gymnasium when popgym is installed.
 """
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import signal
@@ -167,6 +168,24 @@ def one_update(**ppo_options):
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr)
     stats = ppo.update(agent, optimizer, batch, cfg, agent.config.window, torch.Generator().manual_seed(0))
     return agent, batch, stats
+
+
+def test_the_older_half_share_of_the_memory_is_measured_on_windows_that_hold_both_halves():
+    """``older_half_share``: an agent updated on the cue task reads its memory (a share in (0, 1]); one whose actions
+    do not move with it has none; windows whose older half held nothing of their episode are left out (None
+    when no window is left); no memory, no share."""
+    agent, batch, _ = one_update()
+    share = ppo.older_half_share(agent, batch, agent.config.window)
+    assert share is not None and 0 < share <= 1, share
+    with torch.no_grad():
+        agent.policy.weight.zero_()  # actions no longer depend on anything the agent holds
+    assert ppo.older_half_share(agent, batch, agent.config.window) is None
+    half = agent.config.mem_len // 2
+    for mems, hidden in batch.window_states:
+        hidden[:, :half] = True  # as if every window began at most `half` steps into its episode
+    assert ppo.older_half_share(agent, batch, agent.config.window) is None
+    gru = MemoryAgent(dataclasses.replace(agent.config, core="gru"))
+    assert ppo.older_half_share(gru, batch, agent.config.window) is None
 
 
 @pytest.mark.parametrize("target_kl", [None, 1e-6, 10.0])
@@ -345,6 +364,9 @@ def test_resume_goes_on_from_the_checkpoint(tmp_path, capsys):
 @pytest.mark.parametrize("argv,expected", [
     (["rl", "popgym-RepeatFirstEsay-v0"], "unknown environment id 'popgym-RepeatFirstEsay-v0'; did you mean "
                                           "popgym-RepeatFirstEasy-v0"),
+    (["rl", "PointTarget-v0"], "unknown environment id 'PointTarget-v0'; an environment registered by a module of "
+                               "your own is given as module:Id (e.g. mymodule:PointTarget-v0)"),
+    (["rl", "json:PointTarget-v0"], "'PointTarget-v0' (after importing json); json does not register it"),
     (["rl", BAD_ACTIONS["infinite"]], "with infinite bounds; the policy needs finite ones to clip to"),
     (["rl", BAD_ACTIONS["matrix"]], "of shape (2, 2); txl rl takes a Box of one dimension, shape (n,)"),
     (["rl", BAD_ACTIONS["dict"]], "a Dict of several action spaces; txl rl takes one of Discrete(n), MultiDiscrete "
@@ -359,6 +381,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, expected):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and expected in err[0], err
     assert not (tmp_path / "run").exists()  # nothing written for a refused run
+
+
+def test_an_option_typo_gets_the_commands_usage_and_the_near_option(capsys):
+    """``txl rl ENV --step 4096``: txl rl's usage, not txl's, and the option meant."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["rl", ENV_ID, "--step", "4096"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[0].startswith("usage: txl rl ")
+    assert err[-1] == "txl rl: error: unrecognized arguments: --step 4096 (did you mean --steps?)"
 
 
 def test_missing_extra_is_one_line(tmp_path, capsys, monkeypatch):

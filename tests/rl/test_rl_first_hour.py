@@ -326,22 +326,31 @@ def test_the_end_of_a_run_says_what_its_numbers_suggest():
     assert hints(learnt, settings, start_spread=1.0) == []
     constant = RLResult(**{**flat.to_json(), "mean_return": 0.0, "start_return": 0.0})
     assert len(hints(constant, settings, start_spread=0.0)) == 1  # no spread at the start, no move since
-    long = RLResult(**{**learnt.to_json(), "max_length": 415})
+    long = RLResult(**{**learnt.to_json(), "max_length": 415, "older_half_share": 0.4})
     [line] = hints(long, settings, start_spread=1.0)
     assert line == ("episodes lasted up to 415 steps, more than --mem-len 64: each step saw only the 64 steps "
-                    "before it; if the task needs more of its episode, try --mem-len 512")
+                    "before it, and the agent reads the older half of its memory (40% of what the memory changes "
+                    "in its actions); if the task needs more of its episode, try --mem-len 512")
+    for recent_only in (0.1, None):  # no evidence that the far end is read: no longer memory suggested
+        assert hints(RLResult(**{**long.to_json(), "older_half_share": recent_only}), settings, 1.0) == []
     assert hints(long, RLSettings(env_id="e", agent={"core": "gru", "mem_len": 64}), 1.0) == []
     assert hints(long, RLSettings(env_id="e", agent={"mem_len": 0}), 1.0) == []
 
 
 def test_the_hints_come_at_the_end_of_txl_rl(tmp_path):
-    """On the command line, after the done line, one stderr line each: here 11-step episodes with --mem-len 4."""
+    """On the command line, after the done line, one stderr line each: here a run too short to learn, whose 11-step
+    episodes outlast --mem-len 4; ``txl rl-eval`` names the episodes that outlast the memory too."""
     (tmp_path / "mymodule.py").write_text(TMAZE, encoding="utf-8")
     done = txl(tmp_path, "rl", "mymodule:TMaze-v0", "--env-kwargs", '{"corridor": 10}', "--steps", "128",
                "--run-dir", "run", *TINY, "--mem-len", "4")
     assert done.returncode == 0, done.stderr
-    assert ("txl rl: episodes lasted up to 11 steps, more than --mem-len 4: each step saw only the 4 steps before "
-            "it; if the task needs more of its episode, try --mem-len 16") in done.stderr.splitlines()
+    [line] = [x for x in done.stderr.splitlines() if "episodes lasted" in x]  # 128 steps: nothing learnt yet
+    assert line.startswith("txl rl: the mean return has not moved from its start"), line
+    assert "a longer memory (--mem-len, now 4; episodes lasted up to 11 steps, --mem-len 16 holds them)" in line
+    played = txl(tmp_path, "rl-eval", "run", "--episodes", "4", "--envs", "2")  # evaluation says it as well
+    assert played.returncode == 0, played.stderr
+    assert played.stderr.splitlines() == ["txl rl-eval: episodes lasted up to 11 steps, more than the agent's memory "
+                                          "(mem_len 4): each step saw only the 4 steps before it"], played.stderr
 
 
 def test_tensorboard_is_used_when_installed_and_silently_skipped_when_not(monkeypatch):

@@ -57,10 +57,11 @@ def local_ray():
     torch.set_num_threads(threads)
 
 
-def build(runners: int = 0, model_config=None, **training):
+def build(runners: int = 0, model_config=None, env_to_module=None, env=ENV, **training):
     config = (PPOConfig()
-              .environment(ENV, env_config={"max_delay": 12})
-              .env_runners(num_env_runners=runners, num_envs_per_env_runner=2, rollout_fragment_length=64)
+              .environment(env, env_config={"max_delay": 12} if env == ENV else {})
+              .env_runners(num_env_runners=runners, num_envs_per_env_runner=2, rollout_fragment_length=64,
+                           **({} if env_to_module is None else {"env_to_module_connector": env_to_module}))
               .learners(num_learners=0)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=TransformerXLRLModule,
                                                      model_config=dict(SMALL if model_config is None
@@ -90,6 +91,24 @@ def learner_pass(algo, episodes):
     with torch.no_grad():
         out = module.forward_train(batch)
     return module, batch, out
+
+
+def test_observations_normalised_by_rllibs_mean_std_filter_reach_the_module(local_ray):
+    """The module normalises nothing itself (docs/RL.md, "RLlib"); RLlib's ``MeanStdFilter`` connector, as the
+    docs give it, runs in front of it: its statistics count the steps sampled and training goes on."""
+    from ray.rllib.connectors.env_to_module import MeanStdFilter
+
+    algo = build(env_to_module=lambda env, spaces, device: MeanStdFilter(), env="CartPole-v1")  # a Box to filter
+    try:
+        result = algo.train()
+        pipeline = algo.env_runner._env_to_module
+        filters = [c for c in pipeline.connectors if isinstance(c, MeanStdFilter)]
+        assert filters, [type(c).__name__ for c in pipeline.connectors]
+        (stats,) = filters[0]._filters.values()  # RLlib's running statistics of the observations
+        assert stats.running_stats.n >= 128 and stats.running_stats.mean.shape == (4,), stats.running_stats.n
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 128
+    finally:
+        algo.stop()
 
 
 def test_the_learners_first_pass_replays_what_the_runner_computed(local_algo):

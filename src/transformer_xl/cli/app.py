@@ -20,10 +20,11 @@ sub-command with :func:`checks`), so that nothing is read, computed or written f
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import platform
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import torch
 
@@ -77,11 +78,25 @@ def run_command(args, name: str) -> int:
     return run_guarded(command, f"txl {name}")
 
 
+def unrecognized(parser: argparse.ArgumentParser, args, rest: List[str]) -> NoReturn:
+    """Exit 2 with one line on what was not understood, under the sub-command's usage (``txl rl --step 4096``:
+    ``txl rl: error: unrecognized arguments: --step 4096 (did you mean --steps?)``)."""
+    command = getattr(args, "command", None)
+    if command:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[command]
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    near = [difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.75) for word in rest
+            if word.startswith("--")]
+    hint = ", ".join(match[0] for match in near if match)
+    parser.error(f"unrecognized arguments: {' '.join(rest)}" + (f" (did you mean {hint}?)" if hint else ""))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "overrides_allowed", False):
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        unrecognized(parser, args, rest)
     args.overrides = rest
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if not getattr(args, "func", None):

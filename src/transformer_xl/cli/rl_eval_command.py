@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from ..rl.play import PlaySettings, play
 from .options import at_least, checks
@@ -44,10 +45,17 @@ def run_rl_eval(args) -> int:
     result = play(args.run_dir, settings)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
-        return 0
+        return _notes(result)
     how = "most likely actions" if result.deterministic else "sampled actions"
     print(f"{result.env}: mean return {result.mean_return:.3f} ± {result.std_return:.3f} over {result.episodes} "
           f"episodes (min {result.min_return:.3f}, max {result.max_return:.3f}, mean length "
           f"{result.mean_length:.1f}; {how}) in {result.seconds:.1f} s"
           + (f"; videos in {result.video}" if result.video else ""))
+    return _notes(result)
+
+
+def _notes(result) -> int:
+    """The result's notes after it, one stderr line each (as ``txl rl``'s hints); exit status 0."""
+    for note in result.notes:
+        print(f"txl rl-eval: {note}", file=sys.stderr)
     return 0

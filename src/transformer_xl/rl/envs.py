@@ -130,7 +130,13 @@ def check_env_id(env_id: str) -> None:
     if name in gym.envs.registry:
         return
     near = difflib.get_close_matches(name, list(gym.envs.registry), n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(near)}?" if near else "; see gymnasium.pprint_registry() for the ids"
+    if near:
+        hint = f"; did you mean {', '.join(near)}?"
+    elif module:
+        hint = f"; {module} does not register it (see gymnasium.pprint_registry() for the ids)"
+    else:  # most likely an environment of the user's own, registered by a module not imported yet
+        hint = (f"; an environment registered by a module of your own is given as module:Id (e.g. "
+                f"mymodule:{name}), which imports the module first; gymnasium.pprint_registry() lists the known ids")
     where = f" (after importing {module})" if module else ""
     raise ConfigError(f"env: unknown environment id {name!r}{where}{hint}")
 

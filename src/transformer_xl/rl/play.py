@@ -24,7 +24,7 @@ from ..errors import CheckpointError, ConfigError, MissingExtraError, one_line
 from ..paths import no_such_agent_folder
 from .agent import AGENT_CONFIG, MemoryAgent, agent_folder
 from .envs import ObservationEncoder, env_factory, gymnasium, make_envs
-from .runner import SETTINGS_NAME
+from .runner import SETTINGS_NAME, outlasted
 
 
 @dataclasses.dataclass
@@ -60,6 +60,9 @@ class PlayResult:
     deterministic: bool
     seconds: float
     video: Optional[str] = None
+    max_length: Optional[int] = None  # the longest episode, in steps
+    notes: List[str] = dataclasses.field(default_factory=list)  # what the numbers do not say (episodes outlasting
+    #   the memory), one line each
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -117,7 +120,7 @@ def play(path, settings: Optional[PlaySettings] = None, env=None) -> PlayResult:
         returns, lengths, seconds = _episodes(agent, envs, obs, s)
     finally:
         envs.close()
-    return _result(env, returns, lengths, s, seconds)
+    return _result(env, returns, lengths, s, seconds, agent)
 
 
 def _targets(episodes: int, n: int) -> np.ndarray:
@@ -193,14 +196,20 @@ def _play_recorded(agent: MemoryAgent, env, kwargs: dict, s: PlaySettings) -> Pl
         returns, lengths, seconds = _episodes(agent, envs, obs, dataclasses.replace(s, envs=1))
     finally:
         envs.close()
-    return _result(name, returns, lengths, s, seconds, video=str(s.video))
+    return _result(name, returns, lengths, s, seconds, agent, video=str(s.video))
 
 
-def _result(env, returns: List[float], lengths: List[int], s: PlaySettings, seconds: float,
+def _result(env, returns: List[float], lengths: List[int], s: PlaySettings, seconds: float, agent: MemoryAgent,
             video: Optional[str] = None) -> PlayResult:
     name = env if isinstance(env, str) else getattr(env, "__name__", "env")
     r = np.asarray(returns, dtype=float)
+    longest = max(lengths, default=None)
+    notes = []
+    if outlasted(dataclasses.asdict(agent.config), longest):
+        m = agent.config.mem_len
+        notes.append(f"episodes lasted up to {longest} steps, more than the agent's memory (mem_len {m}): each step "
+                     f"saw only the {m} steps before it")
     return PlayResult(env=name, episodes=len(r), mean_return=float(r.mean()), std_return=float(r.std()),
                       min_return=float(r.min()), max_return=float(r.max()),
                       mean_length=float(np.mean(lengths)) if lengths else math.nan, deterministic=s.deterministic,
-                      seconds=round(seconds, 2), video=video)
+                      seconds=round(seconds, 2), video=video, max_length=longest, notes=notes)

@@ -201,6 +201,7 @@ class RLResult:
     agent: Optional[MemoryAgent] = dataclasses.field(default=None, repr=False, compare=False)
     start_return: Optional[float] = None  # the mean return of the run's first finished episodes (up to 100)
     max_length: Optional[int] = None  # the longest of the last 100 episodes, in steps
+    older_half_share: Optional[float] = None  # how much the older half of the memory moves the policy (ppo.py)
     hints: List[str] = dataclasses.field(default_factory=list)  # what the run's end suggests (:func:`hints`)
 
     def to_json(self) -> dict:
@@ -213,10 +214,16 @@ class RLResult:
         return f"{self.steps} steps in {self.seconds:.0f} s, mean return {shown} ({which} episodes)"
 
 
+FAR_END = 0.25  # the older half's share of the memory's effect from which a longer memory is suggested
+
+
 def hints(result: RLResult, settings: RLSettings, start_spread: Optional[float]) -> List[str]:
     """One line each for what a finished run's numbers say to try next: its return has not moved from where it
-    started (by a tenth of the first episodes' spread of returns, or at all when they had none), or its episodes
-    were longer than the memory (each step sees only ``mem_len`` steps before it)."""
+    started (by a tenth of the first episodes' spread of returns, or at all when they had none; with the length
+    that holds the episodes when they outlast the memory), or, for a run that learnt, its episodes were longer
+    than the memory (each step sees only ``mem_len`` steps before it) and the agent reads the far end of its
+    memory (:func:`~.ppo.older_half_share` at least :data:`FAR_END`); an agent that reads only its recent steps
+    would gain nothing from a longer one."""
     out = []
     agent, gamma = settings.agent, settings.ppo.gamma
     if result.mean_return is not None and result.start_return is not None and start_spread is not None:
@@ -224,17 +231,33 @@ def hints(result: RLResult, settings: RLSettings, start_spread: Optional[float])
         if moved <= 0.1 * start_spread:
             schedule = ("; the learning rate falls to 0 over --steps, so a shorter run also learns with smaller "
                         "steps" if settings.ppo.anneal_lr else "")
+            holds = (f"; episodes lasted up to {result.max_length} steps, --mem-len {wider(result.max_length)} holds "
+                     f"them" if outlasted(agent, result.max_length) else "")
             out.append(f"the mean return has not moved from its start ({result.start_return:.3f} then "
                        f"{result.mean_return:.3f}): the task may need a longer run (--steps, now {settings.steps}"
                        f"{schedule}), "
-                       f"a longer memory (--mem-len, now {agent.get('mem_len')}) or another discount (--gamma, now "
-                       f"{gamma}: about {1 / max(1 - gamma, 1e-9):.0f} steps of horizon)")
+                       f"a longer memory (--mem-len, now {agent.get('mem_len')}{holds}) or another discount "
+                       f"(--gamma, now {gamma}: about {1 / max(1 - gamma, 1e-9):.0f} steps of horizon)")
+            return out  # the memory is named there; the line below is for a run that learnt
     mem_len = int(agent.get("mem_len") or 0)
-    if agent.get("core", "trxl") == "trxl" and mem_len and result.max_length and result.max_length > mem_len + 1:
-        wider = min(1 << (result.max_length - 1).bit_length(), 1024)
+    far = result.older_half_share
+    if outlasted(agent, result.max_length) and far is not None and far >= FAR_END:
         out.append(f"episodes lasted up to {result.max_length} steps, more than --mem-len {mem_len}: each step saw "
-                   f"only the {mem_len} steps before it; if the task needs more of its episode, try --mem-len {wider}")
+                   f"only the {mem_len} steps before it, and the agent reads the older half of its memory "
+                   f"({far:.0%} of what the memory changes in its actions); if the task needs more of its episode, "
+                   f"try --mem-len {wider(result.max_length)}")
     return out
+
+
+def wider(length: int) -> int:
+    """A memory length that holds episodes of ``length`` steps: the next power of two, at most 1024."""
+    return min(1 << (length - 1).bit_length(), 1024)
+
+
+def outlasted(agent: dict, max_length: Optional[int]) -> bool:
+    """Whether episodes of ``max_length`` steps outlast the memory of an agent of ``agent``'s fields."""
+    mem_len = int(agent.get("mem_len") or 0)
+    return agent.get("core", "trxl") == "trxl" and mem_len > 0 and bool(max_length) and max_length > mem_len + 1
 
 
 def train_agent(settings: RLSettings, announce: Optional[Callable[[], None]] = None) -> RLResult:
@@ -303,7 +326,7 @@ class Run:
         latest = self._checkpoint_to_resume(config)
         torch.manual_seed(s.seed)
         agent = MemoryAgent(config)
-        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
+        optimizer = ppo.adam(agent.parameters(), cfg.lr)
         state = {"step": 0, "iteration": 0, "seconds": 0.0, "returns": [], "episodes": 0, "lengths": [],
                  "start_return": None, "start_spread": None, "reward_scaler": None}
         if latest is not None:
@@ -320,7 +343,7 @@ class Run:
         metrics = MetricsLogger(self.path, _tensorboard(s.tensorboard), truncate_after_step=state["step"])
         total_iterations = s.total_steps // s.iteration_steps
         bar = _progress(s, state["step"])
-        stopped_by, start = "steps", time.perf_counter() - state["seconds"]
+        stopped_by, start, batch = "steps", time.perf_counter() - state["seconds"], None
         try:
             with stop_requests() as stop:
                 while state["step"] < s.total_steps and not stop.requested:
@@ -362,6 +385,8 @@ class Run:
                           start_return=state["start_return"],
                           max_length=max(collector.lengths[-RETURN_WINDOW:], default=None))
         if stopped_by == "steps":
+            if batch is not None and outlasted(s.agent, result.max_length):  # what the memory's far end gives
+                result.older_half_share = ppo.older_half_share(agent, batch, config.window)
             result.hints = hints(result, s, state["start_spread"])
         return result
 
