@@ -283,3 +283,20 @@ def test_the_partially_observed_mujoco_tasks_are_slices_of_gymnasiums(task, lett
         assert reward == want and terminated == want_terminated
         if terminated:
             break
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "mujoco-HalfCheetah-P-v5"])
+def test_mujocos_model_warnings_are_said_once_and_leave_no_log_file(env_id, tmp_path, monkeypatch, capfd):
+    """MuJoCo 3.x warns that HalfCheetah's model uses a deprecated attribute, at every model it loads, on the C
+    side (stderr and MUJOCO_LOG.TXT in the working folder): 6 copies printed it 6 times. Once at most now (none
+    when this process has said it already), and no file."""
+    pytest.importorskip("mujoco", reason="the MuJoCo tasks need the mujoco extra")
+    from transformer_xl.rl.envs import make_envs, register_env_family
+
+    monkeypatch.chdir(tmp_path)
+    register_env_family(env_id)
+    envs, _ = make_envs(env_id, 6, 0)
+    envs.close()
+    err = capfd.readouterr().err
+    assert err.count("settotalmass") <= 1, err
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()

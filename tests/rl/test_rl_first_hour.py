@@ -359,3 +359,37 @@ def test_tensorboard_is_used_when_installed_and_silently_skipped_when_not(monkey
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     assert runner._tensorboard(None) is False and runner._tensorboard(True) is True
+
+
+def test_the_progress_bar_draws_its_last_line_once_with_the_last_numbers():
+    """The last iteration's move is drawn by ``close()`` only: one 100% line, with the final mean return (it was
+    drawn twice, the first time with the mean return of the iteration before)."""
+    import io
+
+    from tqdm import tqdm
+
+    from transformer_xl.rl.runner import _advance
+
+    out = io.StringIO()
+    bar = tqdm(total=10, file=out, unit="step", mininterval=0, miniters=1)
+    for i, mean in enumerate((-0.5, -0.4, 0.3)):
+        _advance(bar, 4, {"mean_return": mean})  # 4, 8, then 12 steps of a 10-step run (whole iterations)
+    bar.close()
+    finals = [line for line in out.getvalue().replace("\r", "\n").splitlines() if "100%" in line]
+    assert len(finals) == 1 and "10/10" in finals[0] and "mean_return=0.300" in finals[0], finals
+
+
+def test_matplotlibs_font_cache_notice_is_left_out_of_a_runs_lines(caplog):
+    """A first plot on a machine builds matplotlib's font cache, and after 5 s matplotlib logs a warning about it,
+    which came amid ``txl rl``'s closing lines. Other warnings of the same logger still pass."""
+    import logging
+
+    pytest.importorskip("matplotlib")
+    from transformer_xl.analysis.figures import pyplot
+
+    pyplot()
+    fonts = logging.getLogger("matplotlib.font_manager")
+    with caplog.at_level(logging.WARNING, logger="matplotlib.font_manager"):
+        fonts.warning("Matplotlib is building the font cache; this may take a moment.")
+        fonts.warning("findfont: Font family 'Nope' not found.")
+    assert [r.getMessage() for r in caplog.records] == ["findfont: Font family 'Nope' not found."]

@@ -8,6 +8,7 @@ failed write leaves neither a partial image nor a changed old one.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Mapping
@@ -17,7 +18,12 @@ from ..files import atomic_write
 
 
 def pyplot():
-    """matplotlib's pyplot on the Agg back-end (matplotlib is an optional extra, imported when a plot is made)."""
+    """matplotlib's pyplot on the Agg back-end (matplotlib is an optional extra, imported when a plot is made).
+    matplotlib's one-time "building the font cache" warning, which a first plot at the end of a run printed amid
+    the run's own lines, is left out."""
+    fonts = logging.getLogger("matplotlib.font_manager")
+    if _font_cache_notice not in fonts.filters:
+        fonts.addFilter(_font_cache_notice)
     try:
         import matplotlib
 
@@ -26,6 +32,11 @@ def pyplot():
     except ImportError:
         raise DataError("plotting needs matplotlib: pip install 'transformer-xl[plot]'") from None
     return plt
+
+
+def _font_cache_notice(record: logging.LogRecord) -> bool:
+    """False (leave out) for matplotlib's notice that it is building its font cache."""
+    return not str(record.msg).startswith("Matplotlib is building the font cache")
 
 
 def check_image_path(path, flag: str = "--out") -> Path:

@@ -151,11 +151,35 @@ def env_factory(env, env_kwargs: Optional[dict] = None) -> Callable[[], Any]:
         return env
     check_env_id(env)
     kwargs = dict(env_kwargs or {})
+    spec = gym.spec(env.rpartition(":")[2])
+    if "mujoco" in f"{env} {spec.entry_point}".lower() and importlib.util.find_spec("mujoco") is not None:
+        import mujoco  # noqa: F401  (loaded before the first model, so that its warnings pass through the hook)
 
     def make():
-        return gym.make(env, **kwargs)
+        _mujoco_warnings_once()
+        made = gym.make(env, **kwargs)
+        _mujoco_warnings_once()  # MuJoCo loaded by the environment itself: the next copies' warnings
+        return made
 
     return make
+
+
+def _mujoco_warnings_once() -> None:
+    """Once MuJoCo is loaded: each distinct warning it gives goes to stderr once per process. MuJoCo prints a
+    model's compiler warnings (and appends them to MUJOCO_LOG.TXT in the working folder) for every model it
+    loads, so 32 copies of an environment printed one deprecation 32 times."""
+    mujoco = sys.modules.get("mujoco")
+    if mujoco is None or getattr(mujoco.get_mju_user_warning(), "txl_once", False):
+        return
+    seen = set()
+
+    def warn(message: str) -> None:
+        if message not in seen:
+            seen.add(message)
+            print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+
+    warn.txl_once = True
+    mujoco.set_mju_user_warning(warn)
 
 
 def make_envs(env, n: int, seed: int, env_kwargs: Optional[dict] = None, vector: str = "sync"):

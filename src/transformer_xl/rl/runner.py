@@ -477,8 +477,13 @@ def _progress(settings: RLSettings, initial: int):
 
 
 def _advance(bar, n: int, record: dict) -> None:
+    """Move the bar by ``n`` steps with the record's mean return. The last move only counts: ``close()`` draws
+    the final line, once, with the same numbers."""
     if bar is None:
         return
-    bar.update(n)
     if record["mean_return"] is not None:
         bar.set_postfix(mean_return=f"{record['mean_return']:.3f}", refresh=False)
+    if bar.n + n >= bar.total:
+        bar.n = bar.total
+    else:
+        bar.update(n)
