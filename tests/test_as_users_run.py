@@ -50,6 +50,12 @@ TINY = ["--n-layer", "1", "--d-model", "16", "--n-head", "2", "--d-head", "8", "
 TEXT = "def read_file(path):\n    with open(path) as fh:\n        return fh.read()\n"
 
 
+#: What the transformers-5 server imports before its forks: transformers' own modules that ``transformer_xl.hf``
+#: pulls in (about 5 s of imports a child otherwise spends again; nothing of this package).
+HF5_PRELOAD = ["transformers", "transformers.configuration_utils", "transformers.modeling_utils",
+               "transformers.trainer", "transformers.pipelines"]
+
+
 def hf5_python() -> Optional[str]:
     """The python of the transformers-5 environment (``$TXL_HF5_PYTHON``, else ``.venv-hf5`` beside ``src``), where
     the cases of ``transformer_xl.hf`` run: the main environment has transformers 4.35.2, the judge of tests/hf."""
@@ -895,7 +901,7 @@ def started(assets) -> Dict[str, Future]:
     futures = {case["id"]: server for case in main_cases}
     if hf5_cases:  # after the main server: one server at a time keeps two children on two cores
         hf5_server = pool.submit(lambda: (server.result(),
-                                          run_server(assets, hf5_cases, hf5_python(), ["transformers"]))[1])
+                                          run_server(assets, hf5_cases, hf5_python(), HF5_PRELOAD))[1])
         futures.update({case["id"]: hf5_server for case in hf5_cases})
     commands = ThreadPoolExecutor(max_workers=1)
     for command in COMMANDS:
