@@ -1,0 +1,98 @@
+"""Where an iteration of ``txl rl`` spends its time, per memory core: collection and update seconds, and the
+arithmetic each does per sample.
+
+For each core (``--cores``, default GTrXL and the GRU) one agent with the defaults collects and learns on
+``--env``, the way ``txl rl`` runs it (``ppo.Collector``, ``ppo.advantages``, ``ppo.update``); after one untimed
+iteration, ``--iterations`` are timed in CPU seconds of this process (one torch thread: other load on a shared
+machine counts less than in wall time). The floating-point operations are counted by
+``torch.utils.flop_counter`` on one minibatch's replay, forward and backward, and on one collection step of the
+32 environments. Prints a markdown table with the CPU named::
+
+    python benchmarks/rl_profile.py
+    python benchmarks/rl_profile.py --env popgym-PositionOnlyPendulumEasy-v0 --iterations 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import cpu_description, markdown_table, table_row
+
+from transformer_xl.rl import AgentConfig, MemoryAgent, ppo
+from transformer_xl.rl.envs import ObservationEncoder, check_action_space, make_envs
+
+
+def flops_per_sample(agent: MemoryAgent, batch: ppo.Batch, window: int, envs: int) -> tuple:
+    """MFLOP per sample of the update (one minibatch's replay and loss, forward and backward) and of a collection
+    step."""
+    rows = torch.arange(envs)
+    with FlopCounterMode(display=False) as update:
+        log_probs, values, entropy, kl = ppo.replay(agent, batch, rows, window, kl=True)
+        (values.mean() - log_probs.mean() - entropy.mean() + kl.mean()).backward()
+    agent.zero_grad(set_to_none=True)
+    stepper = agent.stepper(envs)
+    with FlopCounterMode(display=False) as step, torch.no_grad():
+        stepper.step(batch.obs[0], torch.zeros(envs, dtype=torch.bool), agent.no_action(envs))
+    return update.get_total_flops() / (envs * window) / 1e6, step.get_total_flops() / envs / 1e6
+
+
+def profile(core: str, args) -> dict:
+    cfg = ppo.PPOConfig()
+    envs, first = make_envs(args.env, cfg.envs, args.seed)
+    try:
+        encoder = ObservationEncoder(envs.single_observation_space, args.env)
+        config = AgentConfig(obs_dim=encoder.dim, **check_action_space(envs.single_action_space, args.env),
+                             env_id=args.env, core=core, observation=encoder.to_json())
+        torch.manual_seed(args.seed)
+        agent = MemoryAgent(config)
+        optimizer = ppo.adam(agent.parameters(), cfg.lr)
+        collector = ppo.Collector(ppo.GymVector(envs), encoder.encode, agent, first, cfg.gamma)
+        gen = torch.Generator().manual_seed(args.seed)
+        collect, update = [], []
+        for i in range(args.iterations + 1):
+            start = time.process_time()
+            batch = collector.collect(cfg.rollout, config.window)
+            mid = time.process_time()
+            ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
+            ppo.update(agent, optimizer, batch, cfg, config.window, gen)
+            if i:  # the first iteration warms up
+                collect.append(mid - start)
+                update.append(time.process_time() - mid)
+        update_flops, step_flops = flops_per_sample(agent, batch, config.window, cfg.envs)
+    finally:
+        envs.close()
+    c, u = statistics.median(collect), statistics.median(update)
+    return {"core": core, "collect": c, "update": u, "steps_per_s": cfg.envs * cfg.rollout / (c + u),
+            "update_mflop": update_flops, "step_mflop": step_flops}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="popgym-RepeatPreviousEasy-v0")
+    parser.add_argument("--cores", nargs="+", default=["trxl", "gru"])
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = [profile(core, args) for core in args.cores]
+    base = rows[-1]
+    print(f"{cpu_description()}; {args.env}; 32 environments x 128 steps an iteration, CPU seconds (median "
+          f"of {args.iterations})\n")
+    print(markdown_table(["core", "collection s", "update s", "steps/s (CPU time)", f"vs {base['core']}",
+                          "MFLOP a sample: update / collection step"]))
+    for r in rows:
+        print(table_row([r["core"], f"{r['collect']:.3f}", f"{r['update']:.3f}", f"{r['steps_per_s']:,.0f}",
+                         f"{r['steps_per_s'] / base['steps_per_s']:.2f}x",
+                         f"{r['update_mflop']:.3f} / {r['step_mflop']:.3f}"]))
+
+
+if __name__ == "__main__":
+    main()
