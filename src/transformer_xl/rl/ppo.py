@@ -292,11 +292,11 @@ def replay(agent: MemoryAgent, batch: Batch, rows: Tensor, window: int, kl: bool
 def older_half_share(agent: MemoryAgent, batch: Batch, window: int) -> Optional[float]:
     """How much of what the memory changes in the policy comes from its older half: each window of ``batch`` is
     replayed with its memory whole, without the older half of the slots and without the newer half, and the
-    share is KL(whole || no older half) / (that + KL(whole || no newer half)), summed over the windows whose halves
-    held steps of their episode. Near 0: the agent reads only its recent steps, and a longer memory has nothing to
-    give; near or above 0.5: it reads the far end as much as the near one. None without a memory to read (a
-    ``gru`` core, ``mem_len`` 0 or 1, no window that began with both halves filled, or a policy that the memory
-    moves by less than :data:`READ`, as a fresh agent's)."""
+    share is KL(whole || no older half) / (that + KL(whole || no newer half)), each KL the mean over the steps of
+    the windows whose two halves held steps of their episode. Near 0: the agent reads only its recent steps, and a
+    longer memory has nothing to give; near or above 0.5: it reads the far end as much as the near one. None
+    without a memory to read (a ``gru`` core, ``mem_len`` 0 or 1, no window that began with both halves filled,
+    or a policy that the memory moves by less than :data:`READ`)."""
     if agent.config.core != "trxl" or agent.config.mem_len < 2:
         return None
     rows = torch.arange(batch.starts.size(0) // window * batch.starts.size(1))
@@ -305,8 +305,8 @@ def older_half_share(agent: MemoryAgent, batch: Batch, window: int) -> Optional[
     full = ~hidden[:, :half].all(1) & ~hidden[:, half:].all(1)  # windows with steps of their episode in both halves
     if not full.any():
         return None
-    starts, prev = (windows(x, window)[full] for x in (batch.starts, batch.prev_actions))
-    obs = windows(batch.obs, window)
+    starts, prev = (batch.windowed(name, window)[full] for name in ("starts", "prev_actions"))
+    obs = batch.windowed("obs", window)
     obs = {k: v[full] for k, v in obs.items()} if isinstance(obs, dict) else obs[full]
     mems, hidden = mems[full], hidden[full]
 
@@ -382,5 +382,4 @@ def update(agent: MemoryAgent, optimizer, batch: Batch, cfg: PPOConfig, window: 
 
 
 __all__ = ["Batch", "Collector", "GymVector", "PPOConfig", "Stepped", "adam", "advantages", "older_half_share",
-           "ppo_loss", "replay", "select",
-           "update", "windows"]
+           "ppo_loss", "replay", "select", "update", "windows"]
