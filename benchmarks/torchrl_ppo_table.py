@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table
+from common import markdown_table, run_json
 
 HERE = Path(__file__).resolve().parent
 TASKS = ("popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0")
@@ -30,11 +29,11 @@ MODULES = ("txl", "lstm", "mlp")
 def run(out: Path, task: str, module: str, seed: int, steps: int) -> dict:
     path = out / f"{task}-{module}-seed{seed}.json"
     if not path.exists():
-        done = subprocess.run([sys.executable, str(HERE / "torchrl_ppo.py"), "--env", task, "--module", module,
-                               "--seed", str(seed), "--steps", str(steps), "--json"], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"{task} {module} seed {seed} failed: {done.stderr.strip().splitlines()[-1:]}")
-        path.write_text(done.stdout.strip().splitlines()[-1] + "\n", encoding="utf-8")
+        record = run_json([sys.executable, str(HERE / "torchrl_ppo.py"), "--env", task, "--module", module,
+                           "--seed", str(seed), "--steps", str(steps), "--json"])
+        if "error" in record:
+            raise SystemExit(f"{task} {module} seed {seed} failed: {record['error']}")
+        path.write_text(json.dumps(record) + "\n", encoding="utf-8")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

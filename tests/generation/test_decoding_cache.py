@@ -211,3 +211,40 @@ def test_selected_rows_go_on_as_those_rows_alone(rows_kept):
             alone = torch.stack([decoder.feed([t]) for t in forced[b].tolist()])
         torch.testing.assert_close(got[b], alone, rtol=1e-5, atol=1e-5)
     assert cache.batch_size == len(rows_kept) and len(cache.index) == len(rows_kept)
+
+
+@pytest.mark.parametrize("variant", VARIANTS + [dict(mem_init="empty", same_length=True)],
+                         ids=lambda v: "-".join(f"{k}={v}" for k, v in v.items()))
+def test_repeating_sliding_steps_read_back_their_visibility_and_stay_exact(variant, monkeypatch):
+    """Rows of one length (no padding), then one token at a time well past the memory: after a step of each kind
+    the cache stops computing visibility (the mask is worked out a few times, not at each of the 20 tokens), holds
+    no more than the memory, and every row still gets, at every token, the log-probabilities the plain model
+    gives that row alone. Beam search's row selection in between keeps it so."""
+    model = tiny_model(seed=7, **{"tgt_len": 4, "mem_len": 6, **variant})
+    rows = [random_tokens(5, seed=30 + b).tolist() for b in range(3)]
+    forced = random_tokens(3, 20, seed=4)
+    cache = DecodingCache(model, 3, decoding="sliding")
+    masks = []
+    original = DecodingCache._forbidden
+    monkeypatch.setattr(DecodingCache, "_forbidden", lambda self, *a: masks.append(1) or original(self, *a))
+    with torch.no_grad():
+        cache.extend(torch.tensor(rows))
+        cache.end_prompt()
+        got = [model.crit.log_probs(cache.extend(forced[:, t:t + 1])[:, -1]) for t in range(10)]
+        cache.select_rows(torch.tensor([2, 0, 0]))
+        got += [model.crit.log_probs(cache.extend(forced[:, t:t + 1])[:, -1]) for t in range(10, 20)]
+    assert len(masks) <= 1 + model.mem_len + 3, f"visibility computed {len(masks)} times over 21 calls"
+    assert len(cache) <= model.mem_len  # and it keeps no key that the next token cannot see
+    got = torch.stack(got, 1)  # [3, 20, V]
+    for b, kept in enumerate([2, 0, 0]):
+        decoder = SegmentDecoder(model, torch.device("cpu"), sliding=True)
+        with torch.no_grad():
+            decoder.feed(rows[b])
+            first = [decoder.feed([t]) for t in forced[b, :10].tolist()]
+            decoder = SegmentDecoder(model, torch.device("cpu"), sliding=True)
+            decoder.feed(rows[kept])
+            for t in forced[kept, :10].tolist():
+                decoder.feed([t])
+            second = [decoder.feed([t]) for t in forced[b, 10:].tolist()]
+        torch.testing.assert_close(got[b, :10], torch.stack(first), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got[b, 10:], torch.stack(second), rtol=1e-5, atol=1e-5)

@@ -47,7 +47,7 @@ from ..checkpoints.layouts import PREFIX, export_state_dict, prepare_state_dict
 from ..files import atomic_write
 from ..labels import IGNORE_INDEX
 from ..model import RunLengths, TransformerXL, TransformerXLBackbone
-from ..model.kv_cache import PAD, DecodingCache
+from ..model.kv_cache import DecodingCache
 from ..pretrained import upload_folder
 from .configuration import TransfoXLConfig
 
@@ -471,7 +471,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             padding = padding if bool(padding.any()) else None
         with torch.no_grad():
             hidden = self.transformer.cached_transformer(input_ids, cache, padding)  # [B, n, d]
-            if cache.prompt_end is not None and bool((cache.prompt_end == PAD).all()):
+            if not cache.prompt_over:
                 cache.end_prompt()  # that was the prompt: every later token is a segment of its own
             log_probs = self.transformer.crit.log_probs(hidden[:, -1])  # [B, V]
         result = TransfoXLLMHeadModelOutput(logits=log_probs[:, None], mems=cache)

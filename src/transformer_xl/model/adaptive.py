@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .ops.linear import linear
+from .ops.linear import FEW_ROWS, linear
 
 #: Rows of the output layer computed at a time without gradients: ``[64, V]`` float32 logits of a 10k vocabulary
 #: are 2.5 MB, about a core's L2 cache.
@@ -113,7 +113,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
 
     # ------------------------------------------------------------------ per-cluster pieces
     def _cluster_params(self, i: int):
-        """Output weight ``[V_i (+n_clusters for the head), d_emb_i]``, bias and projection of cluster i."""
+        """Output weight ``[V_i, d_emb_i]``, bias and projection of cluster i (the head's words only for i=0)."""
         if self.div_val == 1 and self.n_clusters == 0:
             weight, bias = self.out_layers[0].weight, self.out_layers[0].bias  # no slice: its backward is a copy
         elif self.div_val == 1:
@@ -121,17 +121,22 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             weight, bias = self.out_layers[0].weight[lo:hi], self.out_layers[0].bias[lo:hi]
         else:
             weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
-        if i == 0 and self.n_clusters > 0:
-            weight = torch.cat([weight, self.cluster_weight], dim=0)
-            bias = torch.cat([bias, self.cluster_bias], dim=0)
         return weight, bias, self.out_projs[i]
 
     def _logit(self, hidden: Tensor, i: int) -> Tensor:
-        """Logits of cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""
+        """Logits of cluster ``i`` (the head for i=0, its words then one column per tail cluster):
+        ``[N, d_proj] -> [N, V_i (+n_clusters)]``."""
         weight, bias, proj = self._cluster_params(i)
         if proj is not None:
             hidden = F.linear(hidden, proj.t())  # [N, d_emb_i]
-        return linear(hidden, weight, bias)  # [N, V_i] (threads split the few-row products of decoding)
+        if i > 0 or self.n_clusters == 0:
+            return linear(hidden, weight, bias)  # [N, V_i] (threads split the few-row products of decoding)
+        if hidden.numel() // hidden.size(-1) <= FEW_ROWS:
+            # few rows (decoding): two products and a copy of their [N, head_size] outputs, rather than a copy of
+            # the [head_size, d_emb] weight at every step
+            return torch.cat([linear(hidden, weight, bias), F.linear(hidden, self.cluster_weight, self.cluster_bias)],
+                             dim=-1)  # [N, head_size]
+        return linear(hidden, torch.cat([weight, self.cluster_weight]), torch.cat([bias, self.cluster_bias]))
 
     def _logprob(self, hidden: Tensor, i: int) -> Tensor:
         """Float32 log-softmax over cluster ``i`` (the head for i=0): ``[N, d_proj] -> [N, V_i]``."""

@@ -28,11 +28,17 @@ does. Keys no future query can see are dropped.
 Layout: keys/values ``[B, H, T, D]``, views of preallocated buffers (:class:`KVBuffer`), so a step
 appends in place instead of re-concatenating the whole cache; ``index [B, T]`` holds each cached key's
 token index within its row (``PAD`` for padding).
+
+Sliding decoding after the prompt repeats itself: while every row has fed the same tokens (no padding, no
+``starts``), each row's keys are consecutive token indices ending just before the new token, so which keys a new
+token sees, and which keys are dropped after it, depend only on how many keys are cached and how much memory the
+token has. Such a step computes both once (:meth:`begin`, :meth:`end`) and then reads them back: a few operations
+instead of some forty.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -135,6 +141,12 @@ class DecodingCache:
         self.episode_first = torch.full_like(self.count, PAD)  # token index of each row's current episode start
         self._r_k: List[Optional[Tensor]] = [None] * len(model.layers)
         self._order: Optional[Tensor] = None  # [B, T+n]: how the current forward reorders each row's keys (begin)
+        # sliding steps that repeat (module docstring): rows in lockstep, tokens fed per row, and for each
+        # (rows, cached keys, memory present) the step's mask (None: nothing hidden) and the keys it drops
+        self._lockstep, self._steps, self._prompt_over = True, 0, False
+        self._repeats: Dict[Tuple[int, int, int], Tuple[Optional[Tensor], int]] = {}
+        self._repeat_key: Optional[Tuple[int, int, int]] = None
+        self._mask: Optional[Tensor] = None  # [B, n, T+n]: the mask of the forward begun, kept for its key
         self._r_len = 0
         self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
         if mems is not None:
@@ -169,6 +181,7 @@ class DecodingCache:
         index = torch.arange(-m, 0, device=self.device).expand(self.batch_size, -1)
         self.index = index if mems_mask is None else torch.where(mems_mask.to(self.device), PAD, index)  # [B, M]
         self.oldest = -m
+        self._lockstep = mems_mask is None
 
     @torch.no_grad()
     def _add_zero_memory(self) -> None:
@@ -185,6 +198,12 @@ class DecodingCache:
         """Sliding decoding: every token fed from now on is a segment of its own."""
         if self.prompt_end is not None:
             self.prompt_end = self.count.clone()
+            self._prompt_over = True
+
+    @property
+    def prompt_over(self) -> bool:
+        """Whether :meth:`end_prompt` was called (sliding decoding)."""
+        return self._prompt_over
 
     # ------------------------------------------------------------------ visibility
     def _segment_start(self, q: Tensor) -> Tensor:
@@ -218,18 +237,29 @@ class DecodingCache:
         own = keys[None, :] == torch.arange(klen - n, klen, device=q_index.device)[:, None]
         return hide(mask, k_index == PAD, own)
 
-    def _trim(self) -> None:
-        """Drop leading keys that no future query of any row can see."""
+    def _trim(self) -> int:
+        """Drop leading keys that no future query of any row can see; how many were dropped."""
         next_start = self._segment_start(self.count[:, None])[:, 0] - self.mem_len  # [B]
         oldest = torch.maximum(next_start, self.episode_first)  # [B]: nothing before an episode is seen again
         needed = (self.index != PAD) & (self.index >= oldest[:, None])  # [B, T]
         if self.model.same_length:  # the widest window: a segment's memory holds at most mem_len states
             needed &= self.index > (self.count[:, None] - self.model.same_length_window(self.mem_len))
         keep_from = int(needed.any(0).nonzero()[0]) if needed.any() else self.index.size(1)
-        if keep_from > 0:
-            self.index = self.index[:, keep_from:]
+        self._drop_front(keep_from)
+        return keep_from
+
+    def _drop_front(self, n: int) -> None:
+        if n > 0:
+            self.index = self.index[:, n:]
             for buf in self.keys + self.values:
-                buf.drop_front(keep_from)
+                buf.drop_front(n)
+
+    def _repeat_of(self, n: int, padding_mask: Optional[Tensor], starts: Optional[Tensor]):
+        """The key of a sliding step that repeats (module docstring), or None: one new token per row, after the
+        prompt, every row in lockstep."""
+        if n != 1 or padding_mask is not None or starts is not None or not (self._lockstep and self._prompt_over):
+            return None
+        return self.batch_size, self.index.size(1), min(self.mem_len, self._steps - self.oldest)
 
     # ------------------------------------------------------------------ the cache protocol of the model's forward
     def begin(self, shape, padding_mask: Optional[Tensor] = None, starts: Optional[Tensor] = None) -> Visibility:
@@ -239,6 +269,14 @@ class DecodingCache:
         bsz, n = shape
         if bsz != self.batch_size:
             raise ValueError(f"cache: holds {self.batch_size} rows, got a batch of {bsz}")
+        self._repeat_key = self._repeat_of(n, padding_mask, starts)
+        seen = self._repeats.get(self._repeat_key) if self._repeat_key is not None else None
+        if seen is not None:
+            self._order, self._pending = None, None
+            self._ensure_positions(self.index.size(1) + 2)
+            return Visibility(1, self.index.size(1), seen[0], 0, kernel_rule=False)
+        if starts is not None or (padding_mask is not None and self._lockstep and bool(padding_mask.any())):
+            self._lockstep = False
         pad = padding_mask if padding_mask is not None else torch.zeros(bsz, n, dtype=torch.bool, device=self.device)
         real = (~pad).long()
         q_index = torch.where(pad, torch.full_like(real, PAD), self.count[:, None] + real.cumsum(1) - 1)  # [B, n]
@@ -251,8 +289,9 @@ class DecodingCache:
             k_index = k_index.gather(1, self._order)
         self._ensure_positions(k_index.size(1) + 1)
         episode_first = self._episode_first(q_index, starts)  # [B, n]
-        self._pending = (k_index, real.sum(1), episode_first[:, -1])
+        self._pending = (k_index, real.sum(1), episode_first[:, -1], n)
         mask = self._forbidden(q_index, k_index, episode_first)  # [B, n, T+n]
+        self._mask = mask
         return Visibility(n, k_index.size(1) - n, mask, 0, kernel_rule=False)
 
     def layer(self, i: int) -> "LayerCache":
@@ -261,9 +300,19 @@ class DecodingCache:
 
     def end(self) -> None:
         """Finish the forward begun by :meth:`begin`: count the new tokens and drop keys no one will see."""
-        self.index, added, self.episode_first = self._pending
+        if self._pending is None:  # a step seen before: its token index is the count, its drop is known
+            self.index = torch.cat([self.index, self.count[:, None]], dim=1)  # [B, T+1]
+            self.count = self.count + 1
+            self._steps += 1
+            self._drop_front(self._repeats[self._repeat_key][1])
+            return
+        self.index, added, self.episode_first, n = self._pending
         self.count = self.count + added
-        self._trim()
+        self._steps += n
+        dropped = self._trim()
+        if self._repeat_key is not None:
+            self._repeats[self._repeat_key] = (self._mask if bool(self._mask.any()) else None, dropped)
+        self._mask = None
 
     @torch.no_grad()
     def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None,
