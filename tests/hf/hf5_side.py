@@ -11,7 +11,8 @@ as JSON for the test to compare. Tasks:
   without memory on a copying task.
 * ``ddp``: one rank of ``MemoryTrainer`` under ``accelerate launch`` (each rank writes ``OUT.json.RANK``).
 * ``second``: beam search ending on ``<eos>`` with and without the length penalty; what ``generate`` steps
-  through; sampling by hand; the errors a user meets (each as its type, first line and seconds); the plain
+  through; sampling by hand; ``generate`` with a generation config, a logits processor, a stopping criterion and
+  a streamer; the errors a user meets (each as its type, first line and seconds); the plain
   ``Trainer`` in training and evaluation; ``labels`` one longer than the inputs.
 """
 
@@ -316,6 +317,49 @@ def generation_steps(spec: dict) -> dict:
     return {"kinds": kinds, "sampled": sampled, "sampled_by_hand": by_hand}
 
 
+def generation_options(spec: dict) -> dict:
+    """``generate`` with transformers 5's own options: a ``GenerationConfig`` (with ``no_repeat_ngram_size``), a
+    logits processor, a stopping criterion and a streamer; the new tokens of each, and what the streamer got."""
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        StoppingCriteria,
+        StoppingCriteriaList,
+    )
+    from transformers.generation.streamers import BaseStreamer
+
+    class StopAt(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return input_ids[:, -1] == spec["stop"]  # [B] bool, as transformers 5 asks
+
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, value):
+            self.puts.append(listed(value.flatten()))
+
+        def end(self):
+            self.ended = True
+
+    model = TransfoXLLMHeadModel.from_pretrained(spec["path"])
+    prompt = torch.tensor([spec["prompt"]])
+    n = spec["new_tokens"]
+
+    def new(**kwargs) -> list:
+        return listed(model.generate(prompt, pad_token_id=0, **kwargs)[0, prompt.size(1):])
+
+    streamer = Collect()
+    return {"config": new(generation_config=GenerationConfig(max_new_tokens=n, do_sample=False,
+                                                             no_repeat_ngram_size=2)),
+            "processor": new(max_new_tokens=n, do_sample=False,
+                             logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)])),
+            "stopped": new(max_new_tokens=n, do_sample=False, stopping_criteria=StoppingCriteriaList([StopAt()])),
+            "streamed": new(max_new_tokens=n, do_sample=False, streamer=streamer),
+            "puts": streamer.puts, "ended": streamer.ended}
+
+
 def user_errors(spec: dict) -> dict:
     from transformers import DynamicCache
 
@@ -363,7 +407,7 @@ def plain_trainer(spec: dict) -> dict:
 
 def task_second(spec: dict) -> dict:
     return {"beam_eos": beam_ending_on_eos(spec), "steps": generation_steps(spec), "errors": user_errors(spec),
-            "trainer": plain_trainer(spec)}
+            "trainer": plain_trainer(spec), "options": generation_options(spec["options"])}
 
 
 def main(argv) -> None:

@@ -360,10 +360,56 @@ def second(material, hf5, tmp_path_factory) -> dict:
         refs[str(penalty)] = {"sequences": got.sequences[:, len(prompt):].tolist(),
                               "scores": got.sequences_scores.tolist()}
     folder = material.folders["wt103-safetensors"]
+    greedy = material.refs["wt103"]["greedy"][0][len(folder["prompt"]):]
+    at = next(i for i in range(2, len(greedy)) if greedy[i] not in greedy[:i])  # a token not met before it
+    options = {"path": folder["path"], "prompt": folder["prompt"], "new_tokens": 12, "stop": greedy[at]}
     spec = {"eos_folder": str(root / "eos"), "eos_prompt": prompt, "path": folder["path"], "prompt": folder["prompt"],
-            "work": str(root / "work"), "copy": {"vocab": 16, "period": 8}}
+            "work": str(root / "work"), "copy": {"vocab": 16, "period": 8}, "options": options}
     got = side(hf5, "second", spec, root / "work", HF_HUB_CACHE=str(material.cache))
+    refs["options"] = options_by_435(options)
     return {"judge": judge, "prompt": prompt, "refs": refs, "got": got}
+
+
+def options_by_435(spec: dict) -> dict:
+    """What 4.35.2's ``generate`` gives with the options of ``hf5_side.generation_options`` (its own classes)."""
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        StoppingCriteria,
+        StoppingCriteriaList,
+    )
+    from transformers.generation.streamers import BaseStreamer
+
+    class StopAt(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return bool(input_ids[0, -1] == spec["stop"])  # one bool, as 4.35.2 asks
+
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, value):
+            self.puts.append(value.flatten().tolist())
+
+        def end(self):
+            self.ended = True
+
+    judge = quiet(TransfoXLLMHeadModel.from_pretrained, spec["path"]).eval()
+    prompt = torch.tensor([spec["prompt"]])
+    n = spec["new_tokens"]
+
+    def new(**kwargs) -> list:
+        return quiet(judge.generate, prompt, pad_token_id=0, **kwargs)[0, prompt.size(1):].tolist()
+
+    streamer = Collect()
+    return {"config": new(generation_config=GenerationConfig(max_new_tokens=n, do_sample=False,
+                                                             no_repeat_ngram_size=2)),
+            "processor": new(max_new_tokens=n, do_sample=False,
+                             logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)])),
+            "stopped": new(max_new_tokens=n, do_sample=False, stopping_criteria=StoppingCriteriaList([StopAt()])),
+            "streamed": new(max_new_tokens=n, do_sample=False, streamer=streamer),
+            "puts": streamer.puts, "ended": streamer.ended}
 
 
 def test_beam_search_ending_on_eos_follows_transformers_5s_length_rule(second):
@@ -393,6 +439,23 @@ def test_generate_steps_through_the_decoding_cache(second):
     steps = second["got"]["steps"]
     assert steps["kinds"] == ["DecodingCache"] * 5
     assert steps["sampled"] == steps["sampled_by_hand"] and len(set(steps["sampled"])) > 3
+
+
+def test_generation_config_processors_stopping_criteria_and_streamers_are_honoured(material, second):
+    """transformers 5's options reach the face's ``generate`` and give 4.35.2's tokens with the same options: a
+    ``GenerationConfig`` with ``no_repeat_ngram_size``, a repetition-penalty logits processor, a stopping criterion
+    (stop at a greedy token met for the first time, the third or later) and a streamer (the prompt, then each new
+    token, then ``end``)."""
+    got, ref = second["got"]["options"], second["refs"]["options"]
+    greedy = material.refs["wt103"]["greedy"][0][len(material.folders["wt103-safetensors"]["prompt"]):]
+    for name in ("config", "processor", "stopped", "streamed"):
+        assert got[name] == ref[name], name
+    assert got["config"] != greedy[:12] and got["processor"] != greedy[:12]  # each option changed the tokens
+    at = next(i for i in range(2, len(greedy)) if greedy[i] not in greedy[:i])
+    assert got["stopped"] == greedy[:at + 1]
+    assert got["streamed"] == greedy[:12] and got["ended"]
+    assert got["puts"][0] == material.folders["wt103-safetensors"]["prompt"]
+    assert [t for put in got["puts"][1:] for t in put] == greedy[:12] == [t for put in ref["puts"][1:] for t in put]
 
 
 def one_line(report: dict, kind: str, *words: str) -> None:
