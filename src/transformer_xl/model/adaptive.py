@@ -131,9 +131,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             hidden = F.linear(hidden, proj.t())  # [N, d_emb_i]
         if i > 0 or self.n_clusters == 0:
             return linear(hidden, weight, bias)  # [N, V_i] (threads split the few-row products of decoding)
-        if hidden.numel() // hidden.size(-1) <= FEW_ROWS:
+        if not torch.compiler.is_compiling() and hidden.numel() // hidden.size(-1) <= FEW_ROWS:
             # few rows (decoding): two products and a copy of their [N, head_size] outputs, rather than a copy of
-            # the [head_size, d_emb] weight at every step
+            # the [head_size, d_emb] weight at every step (not in a graph: its row count may be symbolic)
             return torch.cat([linear(hidden, weight, bias), F.linear(hidden, self.cluster_weight, self.cluster_bias)],
                              dim=-1)  # [N, head_size]
         return linear(hidden, torch.cat([weight, self.cluster_weight]), torch.cat([bias, self.cluster_bias]))
