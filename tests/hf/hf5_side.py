@@ -29,6 +29,7 @@ import torch
 warnings.simplefilter("ignore")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from generation_options import generate_with_options  # noqa: E402  (beside this file)
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments, pipeline  # noqa: E402
 
 import transformer_xl.hf  # noqa: E402,F401  (registers "transfo-xl")
@@ -318,46 +319,9 @@ def generation_steps(spec: dict) -> dict:
 
 
 def generation_options(spec: dict) -> dict:
-    """``generate`` with transformers 5's own options: a ``GenerationConfig`` (with ``no_repeat_ngram_size``), a
-    logits processor, a stopping criterion and a streamer; the new tokens of each, and what the streamer got."""
-    from transformers import (
-        GenerationConfig,
-        LogitsProcessorList,
-        RepetitionPenaltyLogitsProcessor,
-        StoppingCriteria,
-        StoppingCriteriaList,
-    )
-    from transformers.generation.streamers import BaseStreamer
-
-    class StopAt(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            return input_ids[:, -1] == spec["stop"]  # [B] bool, as transformers 5 asks
-
-    class Collect(BaseStreamer):
-        def __init__(self):
-            self.puts, self.ended = [], False
-
-        def put(self, value):
-            self.puts.append(listed(value.flatten()))
-
-        def end(self):
-            self.ended = True
-
+    """``generate`` with transformers 5's own options (:mod:`generation_options`, which the judge runs too)."""
     model = TransfoXLLMHeadModel.from_pretrained(spec["path"])
-    prompt = torch.tensor([spec["prompt"]])
-    n = spec["new_tokens"]
-
-    def new(**kwargs) -> list:
-        return listed(model.generate(prompt, pad_token_id=0, **kwargs)[0, prompt.size(1):])
-
-    streamer = Collect()
-    return {"config": new(generation_config=GenerationConfig(max_new_tokens=n, do_sample=False,
-                                                             no_repeat_ngram_size=2)),
-            "processor": new(max_new_tokens=n, do_sample=False,
-                             logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)])),
-            "stopped": new(max_new_tokens=n, do_sample=False, stopping_criteria=StoppingCriteriaList([StopAt()])),
-            "streamed": new(max_new_tokens=n, do_sample=False, streamer=streamer),
-            "puts": streamer.puts, "ended": streamer.ended}
+    return generate_with_options(model, spec["prompt"], spec["new_tokens"], spec["stop"])
 
 
 def user_errors(spec: dict) -> dict:

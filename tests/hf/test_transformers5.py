@@ -28,6 +28,7 @@ pytest.importorskip("sacremoses")
 pytest.importorskip("transformers")  # 4.35.2: the judge
 
 from data_fixtures import require
+from generation_options import generate_with_options
 from helpers import randomize_
 from hf5_helpers import REPO, hf5_env, run_hf5, side
 from hf_oracle import BASE, TransfoXLLMHeadModel, TransfoXLTokenizer, hf_model, hf_text, save_hf
@@ -371,45 +372,9 @@ def second(material, hf5, tmp_path_factory) -> dict:
 
 
 def options_by_435(spec: dict) -> dict:
-    """What 4.35.2's ``generate`` gives with the options of ``hf5_side.generation_options`` (its own classes)."""
-    from transformers import (
-        GenerationConfig,
-        LogitsProcessorList,
-        RepetitionPenaltyLogitsProcessor,
-        StoppingCriteria,
-        StoppingCriteriaList,
-    )
-    from transformers.generation.streamers import BaseStreamer
-
-    class StopAt(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            return bool(input_ids[0, -1] == spec["stop"])  # one bool, as 4.35.2 asks
-
-    class Collect(BaseStreamer):
-        def __init__(self):
-            self.puts, self.ended = [], False
-
-        def put(self, value):
-            self.puts.append(value.flatten().tolist())
-
-        def end(self):
-            self.ended = True
-
+    """What 4.35.2's ``generate`` gives with the options ``hf5_side.generation_options`` passes (the same code)."""
     judge = quiet(TransfoXLLMHeadModel.from_pretrained, spec["path"]).eval()
-    prompt = torch.tensor([spec["prompt"]])
-    n = spec["new_tokens"]
-
-    def new(**kwargs) -> list:
-        return quiet(judge.generate, prompt, pad_token_id=0, **kwargs)[0, prompt.size(1):].tolist()
-
-    streamer = Collect()
-    return {"config": new(generation_config=GenerationConfig(max_new_tokens=n, do_sample=False,
-                                                             no_repeat_ngram_size=2)),
-            "processor": new(max_new_tokens=n, do_sample=False,
-                             logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)])),
-            "stopped": new(max_new_tokens=n, do_sample=False, stopping_criteria=StoppingCriteriaList([StopAt()])),
-            "streamed": new(max_new_tokens=n, do_sample=False, streamer=streamer),
-            "puts": streamer.puts, "ended": streamer.ended}
+    return quiet(generate_with_options, judge, spec["prompt"], spec["new_tokens"], spec["stop"])
 
 
 def test_beam_search_ending_on_eos_follows_transformers_5s_length_rule(second):
