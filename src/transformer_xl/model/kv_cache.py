@@ -146,7 +146,6 @@ class DecodingCache:
         self._lockstep, self._steps, self._prompt_over = True, 0, False
         self._repeats: Dict[Tuple[int, int, int], Tuple[Optional[Tensor], int]] = {}
         self._repeat_key: Optional[Tuple[int, int, int]] = None
-        self._mask: Optional[Tensor] = None  # [B, n, T+n]: the mask of the forward begun, kept for its key
         self._r_len = 0
         self._ensure_positions(max_distance or (self.mem_len + 2 * self.tgt_len + 1))
         if mems is not None:
@@ -289,9 +288,8 @@ class DecodingCache:
             k_index = k_index.gather(1, self._order)
         self._ensure_positions(k_index.size(1) + 1)
         episode_first = self._episode_first(q_index, starts)  # [B, n]
-        self._pending = (k_index, real.sum(1), episode_first[:, -1], n)
         mask = self._forbidden(q_index, k_index, episode_first)  # [B, n, T+n]
-        self._mask = mask
+        self._pending = (k_index, real.sum(1), episode_first[:, -1], n, mask)
         return Visibility(n, k_index.size(1) - n, mask, 0, kernel_rule=False)
 
     def layer(self, i: int) -> "LayerCache":
@@ -306,13 +304,12 @@ class DecodingCache:
             self._steps += 1
             self._drop_front(self._repeats[self._repeat_key][1])
             return
-        self.index, added, self.episode_first, n = self._pending
+        self.index, added, self.episode_first, n, mask = self._pending
         self.count = self.count + added
         self._steps += n
         dropped = self._trim()
         if self._repeat_key is not None:
-            self._repeats[self._repeat_key] = (self._mask if bool(self._mask.any()) else None, dropped)
-        self._mask = None
+            self._repeats[self._repeat_key] = (mask if bool(mask.any()) else None, dropped)
 
     @torch.no_grad()
     def extend(self, input_ids: Tensor, padding_mask: Optional[Tensor] = None,
