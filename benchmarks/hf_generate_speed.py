@@ -44,14 +44,20 @@ def best_time(fn, repeat: int) -> float:
     return best
 
 
-def time_generate(model, prompt: torch.Tensor, new_tokens: int, num_beams: int, repeat: int) -> dict:
-    """ms per new token (the prompt left out) and the tokens, for one model and memory length."""
-    kwargs = dict(do_sample=False, num_beams=num_beams, pad_token_id=0, eos_token_id=None)
+def per_token(run, new_tokens: int, repeat: int) -> dict:
+    """ms per new token of ``run(n) -> the n new tokens`` (the prompt left out), and its tokens."""
     with torch.no_grad():
-        tokens = model.generate(prompt, max_new_tokens=new_tokens, **kwargs)[0, prompt.size(1):].tolist()
-        full = best_time(lambda: model.generate(prompt, max_new_tokens=new_tokens, **kwargs), repeat)
-        one = best_time(lambda: model.generate(prompt, max_new_tokens=1, **kwargs), repeat)
+        tokens = run(new_tokens)
+        full = best_time(lambda: run(new_tokens), repeat)
+        one = best_time(lambda: run(1), repeat)
     return {"ms": 1000.0 * (full - one) / (new_tokens - 1), "tokens": tokens}
+
+
+def time_generate(model, prompt: torch.Tensor, new_tokens: int, num_beams: int, repeat: int) -> dict:
+    """:func:`per_token` of ``model.generate``, for one model and memory length."""
+    kwargs = dict(do_sample=False, num_beams=num_beams, pad_token_id=0, eos_token_id=None)
+    return per_token(lambda n: model.generate(prompt, max_new_tokens=n, **kwargs)[0, prompt.size(1):].tolist(),
+                     new_tokens, repeat)
 
 
 def measure(open_model, args, mem_len: int) -> dict:
@@ -68,17 +74,11 @@ def face_side(args) -> None:
     from transformer_xl import generate
 
     torch.set_num_threads(args.threads)
-    result = measure(lambda m: AutoModelForCausalLM.from_pretrained(args.folder, mem_len=m).eval(), args,
-                     args.mem_lens[0])
-    model = AutoModelForCausalLM.from_pretrained(args.folder, mem_len=args.mem_lens[0]).eval().txl
+    face = AutoModelForCausalLM.from_pretrained(args.folder, mem_len=args.mem_lens[0]).eval()
+    result = measure(lambda m: face, args, args.mem_lens[0])
     prompt = torch.tensor([args.prompt])
-
-    def own(n: int) -> list:
-        return generate(model, prompt, max_new_tokens=n, do_sample=False, decoding="sliding")[0]
-
-    tokens = own(args.new_tokens)
-    full, one = best_time(lambda: own(args.new_tokens), args.repeat), best_time(lambda: own(1), args.repeat)
-    result["own"] = {"ms": 1000.0 * (full - one) / (args.new_tokens - 1), "tokens": tokens}
+    result["own"] = per_token(lambda n: generate(face.txl, prompt, max_new_tokens=n, do_sample=False,
+                                                 decoding="sliding")[0], args.new_tokens, args.repeat)
     Path(args.json_out).write_text(json.dumps(result))
 
 
