@@ -7,9 +7,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/helpers.py and tests/reference.py
 
+from helpers import TEST_THREADS
+
 pytest_plugins = ["data_fixtures"]  # the corpus and download-server fixtures (shared_cache, ptb, wt2, server)
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(TEST_THREADS)  # helpers.TEST_THREADS: a share of the cores per pytest-xdist worker
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # and of the commands the tests start
+        os.environ.setdefault(name, str(TEST_THREADS))
 
 try:  # the dev extra: property-based tests (hypothesis); without it they are skipped
     from hypothesis import HealthCheck, settings
@@ -29,3 +34,5 @@ else:
 def _deterministic():
     torch.manual_seed(0)
     yield
+    if torch.get_num_threads() != TEST_THREADS:  # a run in this process set its own (--num-threads, txl rl)
+        torch.set_num_threads(TEST_THREADS)

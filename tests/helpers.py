@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 
 from transformer_xl.model import TransformerXL, TransformerXLConfig
+
+#: Torch threads of a test process: its share of the cores under pytest-xdist (``-n 2`` on 2 cores: one each),
+#: up to 2. Two workers of two threads each on two cores wait on each other's threads: the model, fast-path and
+#: generation tests took 5.4 min so, against 1.0 min at one thread each. conftest.py sets it, and the commands
+#: the tests start get it through ``OMP_NUM_THREADS``; a test that needs other counts sets them itself.
+TEST_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
 def tiny_config(**overrides) -> TransformerXLConfig:

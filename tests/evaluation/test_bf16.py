@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import TEST_THREADS
 
 from transformer_xl import TransformerXL, generate_text, open_checkpoint
 from transformer_xl.cli import main
@@ -28,7 +29,7 @@ def run(tmp_path_factory):
             "--d-model", "64", "--n-head", "2", "--d-head", "32", "--d-inner", "256", "--tgt-len", "32",
             "--mem-len", "32", "--batch-size", "16", "--max-steps", "300", "--eval-interval", "300",
             "--eval.max-steps", "5", "--warmup-steps", "20", "--lr", "0.003", "--dropout", "0.0",
-            "--progress", "false", "--tensorboard", "false", "--num-threads", "2"]
+            "--progress", "false", "--tensorboard", "false", "--num-threads", str(TEST_THREADS)]
     assert main(args) == 0
     return root / "run"
 

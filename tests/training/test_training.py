@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import assert_real_signal, randomize_checkpoint
+from helpers import TEST_THREADS, assert_real_signal, randomize_checkpoint
 
 from transformer_xl.cli import main
 from transformer_xl.data import load_corpus
@@ -43,7 +43,7 @@ def test_small_ptb_run_beats_the_unigram_entropy(tmp_path):
         "--init-std", "0.1", "--warmup-steps", "20", "--max-steps", "400", "--eval-interval", "400",
         "--log-interval", "50",
         "--eval.max-steps", "60", "--eval.batch-size", "10", "--dropout", "0.0", "--progress", "false",
-        "--tensorboard", "false", "--num-threads", "2"])
+        "--tensorboard", "false", "--num-threads", str(TEST_THREADS)])
     result = train(cfg, corpus=corpus)
     # unigram entropy of the corpus with our own counting: about 6.6 nats for PTB
     assert 6.0 < entropy < 7.5
