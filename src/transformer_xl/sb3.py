@@ -138,6 +138,16 @@ class TransformerXLPolicy(BasePolicy):
         return self.agent.replay(self.features(flat).view(n, t, -1), starts, state, prev)
 
     # -- SB3's protocol
+    def set_training_mode(self, mode: bool) -> None:
+        """SB3's switch of every module's mode, skipped where each is in ``mode`` already: ``predict`` calls it at
+        every step, and setting the agent's modules again cost a fifth of a step (the modules are listed once:
+        SB3 builds them all with the policy)."""
+        modules = self.__dict__.get("_modules_listed")
+        if modules is None:
+            modules = self.__dict__["_modules_listed"] = tuple(self.modules())
+        if any(module.training != mode for module in modules):
+            super().set_training_mode(mode)
+
     def _predict(self, observation, deterministic: bool = False) -> Tensor:
         """One step from a fresh memory (SB3's stateless entry; :meth:`predict` carries the memory)."""
         n = next(iter(observation.values())).shape[0] if isinstance(observation, dict) else observation.shape[0]
@@ -154,10 +164,10 @@ class TransformerXLPolicy(BasePolicy):
         this observation (its memory is forgotten). Returns ``(actions, state)``."""
         self.set_training_mode(False)
         obs, vectorized = self.obs_to_tensor(observation)
-        n = next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
-        starts, carry = carried(n, state, episode_start, self.agent.initial_carry, self.device)
+        first = next(iter(obs.values())) if isinstance(obs, dict) else obs  # on the policy's device
+        starts, carry = carried(first.shape[0], state, episode_start, self.agent.initial_carry, first.device)
         with torch.no_grad():
-            logits, _, memory, _ = self.agent.step_carried(self.features(obs), starts, carry)
+            logits, memory, _ = self.agent.step_carried(self.features(obs), starts, carry)
             dist = self.distribution(logits)
             action = dist.mode() if deterministic else dist.sample()
             memory = self.agent.carry(memory, action)

@@ -285,7 +285,7 @@ def test_predict_carries_the_previous_action_as_collection_does():
         for t in range(steps):
             logits, _ = stepper.step(obs[t], starts[t], prev)
             before = carry[:-1]
-            want, _, core, _ = agent.step_carried(obs[t], starts[t], carry)
+            want, core, _ = agent.step_carried(obs[t], starts[t], carry)
             torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)
             if t:  # the same step after another action
                 other = agent.step_carried(obs[t], starts[t], before + (agent.action_code((actions[t - 1] + 1) % 4),))
@@ -465,7 +465,7 @@ def test_predict_through_the_kept_ring_equals_the_memory_projected_each_call():
         begin = torch.as_tensor(starts[t]) if state is not None else torch.ones(2, dtype=torch.bool)
         _, carry = carried(2, state, begin.numpy(), agent.initial_carry, "cpu")
         with torch.enable_grad():  # the memory projected from the state (what predict did before the ring)
-            logits, _, core, _ = agent.step_carried(torch.as_tensor(obs[t]), begin, carry)
+            logits, core, _ = agent.step_carried(torch.as_tensor(obs[t]), begin, carry)
         action, state = agent.predict(obs[t], state, episode_start=begin.numpy(), deterministic=True)
         rings.append(agent._kept_ring[0])
         assert (action == logits.argmax(-1).numpy()).all(), t

@@ -223,9 +223,9 @@ def test_predict_normalises_and_clips_as_training_did(learnt):
     action, state = agent.predict(obs, None, episode_start=True, deterministic=True)
     assert action.shape == (1,) and -1.0 <= action[0] <= 1.0
     x = (torch.tensor([[1.0]]) - agent.obs_norm.mean.float()) / torch.sqrt(agent.obs_norm.var.float() + 1e-8)
-    params, _, _, _ = agent.step_carried(x, torch.tensor([True]), agent.initial_carry(1))
+    params, _, _ = agent.step_carried(x, torch.tensor([True]), agent.initial_carry(1))
     torch.testing.assert_close(torch.as_tensor(action), params[0, :1].clamp(-1, 1), rtol=1e-5, atol=1e-5)
-    raw, _, _, _ = agent.step_carried(torch.tensor([[1.0]]), torch.tensor([True]), agent.initial_carry(1))
+    raw, _, _ = agent.step_carried(torch.tensor([[1.0]]), torch.tensor([True]), agent.initial_carry(1))
     assert not torch.allclose(raw, params)  # normalising changed what the agent saw
     assert result.agent.config.action_box == [[-1.0], [1.0]]
 

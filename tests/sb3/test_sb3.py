@@ -200,6 +200,17 @@ def test_episode_start_forgets_the_memory():
     assert not torch.allclose(logits_carried, logits_fresh)  # without it, the memory counts
 
 
+def test_predict_puts_every_module_in_evaluation_mode_even_one_switched_alone():
+    policy = TransformerXLPPO("MlpPolicy", venv(n=1), **{**FAST, "batch_size": 16}).policy
+    policy.set_training_mode(True)
+    assert all(module.training for module in policy.modules())
+    _, state = policy.predict(np.array([0]), None, np.array([True]))
+    assert not any(module.training for module in policy.modules())
+    policy.agent.core.train()  # one part switched by hand: predict's check of the modes must see it
+    policy.predict(np.array([1]), state, np.array([False]))
+    assert not any(module.training for module in policy.modules())
+
+
 def test_a_time_limit_is_bootstrapped_from_the_final_observation():
     """An episode cut by a time limit (truncated) gets gamma * V(final observation) added to its last reward, as
     SB3's PPO does; an episode that terminates does not."""

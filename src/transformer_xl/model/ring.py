@@ -4,29 +4,33 @@ An agent steps its memory one observation at a time, each step seeing the ``M`` 
 and itself (:meth:`~.config.TransformerXLConfig.gtrxl`: ``same_length`` with the TensorFlow rule over a fixed
 memory). :class:`~.kv_cache.DecodingCache` computes that exactly for any model and any decoding, at the price of
 its generality (segment phases, padding, growing buffers, trimming): about a hundred small operations a layer.
-:class:`RingStepper` computes the same step for this one case with a ring of ``M`` slots per layer:
+:class:`RingStepper` computes the same step for this one case with a ring of ``M + 1`` entries per layer:
 
-* the slots hold each layer's projected keys and values of the last ``M`` steps (and the layer inputs they came
-  from, the memory the update replays windows from, :attr:`RingStepper.state`);
-* slot ``j`` is at distance ``((p - 1 - j) mod M) + 1`` from the step now (``p``: the slot this step writes), so
-  the position term of every slot is one product with the ``M + 1`` position keys ``W_r R`` and a gather by a
-  precomputed index; the step itself is key ``M`` (distance 0);
-* a start hides every slot of its row; a written slot is visible.
+* the entries hold each layer's projected keys and values of the last ``M`` steps and of the step now (and the
+  layer inputs they came from, the memory the update replays windows from, :attr:`RingStepper.state`); a step
+  writes its own entry first (over the oldest, which it no longer sees), then attends to all ``M + 1``;
+* entry ``j`` is at distance ``(s - j) mod (M + 1)`` from the step writing entry ``s``, so the position term of
+  every entry is one product with the ``M + 1`` position keys ``W_r R`` (distances ``M..0``), its columns taken
+  in the order of a precomputed index for ``s``;
+* a start hides every entry of its row but the step's own; a written entry is visible.
 
-Per layer: the layer norm, one projection for ``q, k, v``, two products for the scores, a masked softmax, one
-product for the values, the output projection, the gate (or residual) and the feed-forward block. Equal to the
-decoding cache and to a window replayed from the same memory (tests/model/test_ring.py). Supported:
-``attn_type`` 0, pre-LN, ``same_length`` with ``same_length_extra=1``, no dropout at run time; :func:`supports`
-says whether a backbone qualifies (otherwise use the decoding cache).
+Per layer, about forty operations, each on all rows at once: the layer norm, one product giving ``(q + u) /
+sqrt(D)``, ``k``, ``v`` and ``(q + v) / sqrt(D)``, two products for the scores (the second adding the first), a
+masked softmax, one product for the values, the output projection, the gate (its two input products in one,
+``b_g`` folded into its bias) or residual, and the feed-forward block. The weights are read from plain tensors,
+transposed and combined by :meth:`RingStepper.sync`, and a step runs under ``torch.inference_mode``: at one row
+the cost is the count of operations, not their arithmetic (a step of the default agent went from 0.97 to 0.43
+ms so). Equal to the decoding cache and to a window replayed from the same memory (tests/model/test_ring.py).
+Supported: ``attn_type`` 0, pre-LN, ``same_length`` with ``same_length_extra=1``, no dropout at run time;
+:func:`supports` says whether a backbone qualifies (otherwise use the decoding cache).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import List, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .attention.relative import distances, sinusoid_table
@@ -35,24 +39,17 @@ from .gating import GRUGate
 
 
 @functools.lru_cache(maxsize=32)
-def _columns(m: int, device) -> Tensor:
-    """``[M, M+1]``: for the slot ``p`` the next step writes, the column among the position keys (distances
-    ``M..0``) of each slot's distance, ``((p - 1 - j) mod M) + 1``, then distance 0 for the step itself."""
-    p, j = torch.arange(m)[:, None], torch.arange(m + 1)[None]
-    return torch.where(j < m, m - (((p - 1 - j) % m) + 1), m).to(device)
+def _columns(m: int, device) -> List[Tensor]:
+    """For each entry ``s`` a step may write, ``[M+1]``: the column among the position keys (distances ``M..0``)
+    of each entry's distance ``(s - j) mod (M + 1)``."""
+    j = torch.arange(m + 1)
+    return [((j - s - 1) % (m + 1)).to(device) for s in range(m + 1)]
 
 
-def _connect(x: Tensor, y: Tensor, gate) -> Tensor:
-    """:func:`~.gating.residual` with the gate's products written out (no module calls): ``x + y``, or GTrXL's
-    ``g(x, relu(y))``."""
-    if gate is None:
-        return x + y
-    y = torch.relu(y)
-    w_r, w_z, w_g = F.linear(y, gate.w.weight).chunk(3, dim=-1)
-    u_r, u_z = F.linear(x, gate.u.weight).chunk(2, dim=-1)
-    r = torch.sigmoid(w_r + u_r)
-    z = torch.sigmoid(w_z + u_z - gate.b_g)
-    return x + z * (torch.tanh(w_g + F.linear(r * x, gate.u_g.weight)) - x)
+@functools.lru_cache(maxsize=32)
+def _orders(m: int, device) -> Tensor:
+    """``[M+1, M]``: for the entry ``s`` the next step writes, the entries of the memory, oldest first."""
+    return ((torch.arange(m + 1)[:, None] + 1 + torch.arange(m)[None]) % (m + 1)).to(device)
 
 
 def versions(tensors) -> tuple:
@@ -71,6 +68,53 @@ def supports(backbone) -> bool:
             and not (backbone.training and (cfg.dropout > 0 or cfg.dropatt > 0)))
 
 
+class _Gate(NamedTuple):
+    """A :class:`~.gating.GRUGate` as two products: ``[y, x] @ w [2d, 3d] + bias`` gives ``W_r y + U_r x``,
+    ``W_z y + U_z x - b_g`` and ``W_g y``; ``u_g [d, d]`` is ``U_g`` transposed."""
+    w: Tensor
+    bias: Tensor
+    u_g: Tensor
+    split: Tuple[int, int]  # (2d, d): the columns of r and z, then of W_g y
+
+
+class _Layer(NamedTuple):
+    """One layer's weights as :meth:`RingStepper.step` uses them (matrices transposed: ``x @ w``)."""
+    attn_norm: Tuple[Tensor, Tensor, float]  # the attention's layer norm: weight, bias, eps
+    qkv: Tuple[Tensor, Tensor]  # [d, 4*H*D] and its bias: (q + r_w_bias) / sqrt(D), k, v, (q + r_r_bias) / sqrt(D)
+    pos: Tensor  # [H, D, M+1]: the position keys of distances M..0
+    out: Tensor  # [H*D, d]
+    attn_gate: Optional[_Gate]
+    ff_norm: Tuple[Tensor, Tensor, float]
+    ff_in: Tuple[Tensor, Tensor]  # [d, d_inner] and its bias
+    ff_out: Tuple[Tensor, Tensor]  # [d_inner, d] and its bias
+    ff_gate: Optional[_Gate]
+
+
+def _t(weight: Tensor) -> Tensor:
+    """A Linear's ``weight [out, in]`` as the step multiplies by it: ``[in, out]``, contiguous (a product with
+    a transposed view of it costs about half again as much at one row)."""
+    return weight.t().contiguous()
+
+
+def _gate_weights(gate: Optional[GRUGate]) -> Optional[_Gate]:
+    """A gate's weights as :func:`_connect` takes them (None: a residual)."""
+    if gate is None:
+        return None
+    d = gate.u_g.weight.size(0)
+    u = torch.cat([gate.u.weight, gate.u.weight.new_zeros(d, d)])  # [3d, d]: U_r, U_z, no U for W_g
+    bias = torch.cat([gate.b_g.new_zeros(d), -gate.b_g, gate.b_g.new_zeros(d)])
+    return _Gate(_t(torch.cat([gate.w.weight, u], dim=1)), bias, _t(gate.u_g.weight), (2 * d, d))
+
+
+def _connect(x: Tensor, y: Tensor, gate: Optional[_Gate]) -> Tensor:
+    """:func:`~.gating.residual` in few operations: ``x + y``, or GTrXL's ``g(x, relu(y))``."""
+    if gate is None:
+        return x + y
+    rz, g = torch.addmm(gate.bias, torch.cat([torch.relu(y), x], dim=1), gate.w).split(gate.split, dim=1)
+    r, z = torch.sigmoid(rz).chunk(2, dim=1)
+    return torch.lerp(x, torch.tanh(torch.addmm(g, r * x, gate.u_g)), z)  # x + z * (h - x)
+
+
 class RingStepper:
     """Steps ``n`` rows of ``backbone`` from a memory ``mems [n, n_layer, M, d]`` (oldest first) with ``hidden
     [n, M]`` (True: a slot no step may see), as ``forward(..., fixed_memory=True)`` keeps them."""
@@ -80,11 +124,11 @@ class RingStepper:
             raise ValueError("RingStepper: needs attn_type 0, pre-LN, same_length over a fixed memory "
                              "(TransformerXLConfig.gtrxl) and no dropout")
         self.backbone = backbone
-        self.inputs = mems.detach().clone()  # [n, L, M, d] layer inputs, in ring order
-        self.hidden = hidden.clone()  # [n, M]
-        self.slot = 0  # the slot the next step writes (the oldest)
-        self.mem_len = mems.size(2)
-        self._columns = _columns(self.mem_len, mems.device)
+        n, n_layer, m, d = mems.shape
+        self.mem_len = m
+        self.inputs = torch.cat([mems.detach(), mems.new_zeros(n, n_layer, 1, d)], dim=2)  # [n, L, M+1, d]
+        self.hidden = torch.cat([hidden, hidden.new_ones(n, 1)], dim=1)  # [n, M+1]
+        self.slot = m  # the entry the next step writes: the memory is entries 0..M-1, oldest first
         self.sync()
 
     @torch.no_grad()
@@ -92,69 +136,80 @@ class RingStepper:
         """Project the memory's keys and values and the position keys with the weights of now (after an
         update: what the steps before projected is stale)."""
         bb, m = self.backbone, self.mem_len
-        n = self.inputs.size(0)
-        self.keys: List[Tensor] = []
-        self.values: List[Tensor] = []
-        self.pos_keys: List[Tensor] = []
+        n, n_layer = self.inputs.shape[:2]
+        self.kv: List[Tensor] = []  # n_layer x [2, H*n, M+1, D]: keys, values; head h of row i at h*n + i
+        self.layers: List[_Layer] = []
         r = sinusoid_table(distances(m, bb.clamp_len, self.inputs.device), bb.config.d_model)  # [M+1, d]
+        u_all, v_all = getattr(bb, "r_w_bias", None), getattr(bb, "r_r_bias", None)
         for i, layer in enumerate(bb.layers):
-            attn = layer.dec_attn
+            attn, ff = layer.dec_attn, layer.pos_ff
             h, d = attn.n_head, attn.d_head
-            x = attn.layer_norm(self.inputs[:, i])  # [n, M, d]
-            kv = F.linear(x, attn.qkv_net.weight[h * d:])  # [n, M, 2*H*D]
-            k, v = kv.view(n, m, 2, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # 2 x [n, H, M, D]
-            self.keys.append(k.contiguous())
-            self.values.append(v.contiguous())
-            pos = attn.r_net(r.to(x.dtype)).view(m + 1, h, d).permute(1, 2, 0)  # [H, D, M+1]: distances M..0
-            # for each slot the next step may write, the position keys of the slots' distances, then distance 0
-            self.pos_keys.append(pos[..., self._columns].permute(2, 0, 1, 3).contiguous())  # [M, H, D, M+1]
+            x = attn.layer_norm(self.inputs[:, i])  # [n, M+1, d]
+            kv = torch.nn.functional.linear(x, attn.qkv_net.weight[h * d:]).view(n, m + 1, 2, h, d)
+            self.kv.append(kv.permute(2, 3, 0, 1, 4).reshape(2, h * n, m + 1, d))
+            u, vb = attn.biases(u_all, v_all)  # [H, D]
+            w_q = attn.qkv_net.weight[:h * d] * attn.scale
+            # one product gives (q + u) * scale, k, v and (q + v) * scale
+            qkv = torch.cat([w_q, attn.qkv_net.weight[h * d:], w_q]).t().contiguous()  # [d, 4*H*D]
+            zeros = u.new_zeros(2 * h * d)
+            qkv_bias = torch.cat([(u * attn.scale).reshape(-1), zeros, (vb * attn.scale).reshape(-1)])
+            pos = attn.r_net(r.to(x.dtype)).view(m + 1, h, d).permute(1, 2, 0).contiguous()  # [H, D, M+1]
+            norm, ln = attn.layer_norm, ff.layer_norm
+            self.layers.append(_Layer(
+                (norm.weight, norm.bias, norm.eps), (qkv, qkv_bias), pos,
+                _t(attn.o_net.weight), _gate_weights(attn.gate), (ln.weight, ln.bias, ln.eps),
+                (_t(ff.CoreNet[0].weight), ff.CoreNet[0].bias), (_t(ff.CoreNet[3].weight), ff.CoreNet[3].bias),
+                _gate_weights(ff.gate)))
+        proj = getattr(bb, "inp_proj", None)  # a vector backbone's input projection
+        self.embed = None if proj is None else (_t(proj.weight), proj.bias)
+        self._columns = _columns(m, self.inputs.device)
 
     def copy(self) -> "RingStepper":
-        """An independent copy (the same backbone): its rings step apart from this one's."""
+        """An independent copy (the same backbone and weights): its rings step apart from this one's."""
         out = object.__new__(RingStepper)
         out.__dict__.update(self.__dict__)
         out.inputs, out.hidden = self.inputs.clone(), self.hidden.clone()
-        out.keys, out.values = [k.clone() for k in self.keys], [v.clone() for v in self.values]
+        out.kv = [kv.clone() for kv in self.kv]
         return out
 
     @property
     def state(self) -> Tuple[Tensor, Tensor]:
         """``(mems [n, n_layer, M, d], hidden [n, M])``, oldest step first."""
-        order = (torch.arange(self.mem_len, device=self.inputs.device) + self.slot) % self.mem_len
+        order = _orders(self.mem_len, self.inputs.device)[self.slot]
         return self.inputs[:, :, order], self.hidden[:, order]
 
-    @torch.no_grad()
     def step(self, x: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
         """``x [n, d_input]`` (``[n, d_model]`` for a token backbone's embeddings), ``starts [n]`` bool ->
         ``(hidden [n, d], layer inputs [n, n_layer, d])``; every ring moves one step."""
-        bb, p, m = self.backbone, self.slot, self.mem_len
-        core = bb.drop(bb.embed(inputs_embeds=x[:, None]))[:, 0]  # [n, d]
-        n = core.size(0)
-        self.hidden |= starts[:, None]
-        shown = torch.cat([self.hidden, self.hidden.new_zeros(n, 1)], dim=1)[:, None]  # [n, 1, M+1]
-        u_all, v_all = getattr(bb, "r_w_bias", None), getattr(bb, "r_r_bias", None)
+        with torch.inference_mode():  # fewer costs a small operation (the rings are written in place)
+            core, inputs = self._step(x, starts)
+        return core.clone(), inputs.clone()  # tensors autograd may take in (inference_mode's cannot be saved)
+
+    def _step(self, x: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
+        s = self.slot
+        core = x if self.embed is None else torch.addmm(self.embed[1], x.to(self.embed[0].dtype), self.embed[0])
+        n, d = core.shape
+        self.hidden |= starts.unsqueeze(1)  # a start hides the episode before it
+        self.hidden.select(1, s).fill_(False)  # the step sees itself
+        hidden, columns = self.hidden, self._columns[s]
         layer_inputs = []
-        for i, layer in enumerate(bb.layers):
-            attn = layer.dec_attn
-            h, d = attn.n_head, attn.d_head
+        for i, w in enumerate(self.layers):
             layer_inputs.append(core)
-            u, vb = attn.biases(u_all, v_all)
-            q, k, v = F.linear(attn.layer_norm(core), attn.qkv_net.weight).view(n, 3, h, d).unbind(1)  # [n, H, D]
-            q_u, q_v = (q + u) * attn.scale, (q + vb) * attn.scale
-            content = torch.cat([(self.keys[i] * q_u[:, :, None]).sum(-1), (q_u * k).sum(-1, keepdim=True)], -1)
-            score = content + torch.matmul(q_v.transpose(0, 1), self.pos_keys[i][p]).transpose(0, 1)  # [n, H, M+1]
-            prob = torch.softmax(score.float().masked_fill_(shown, float("-inf")), dim=-1).to(v.dtype)
-            out = (prob[..., :m, None] * self.values[i]).sum(-2) + prob[..., m:] * v  # [n, H, D]
-            core = _connect(core, F.linear(out.reshape(n, h * d), attn.o_net.weight), attn.gate)
-            ff = layer.pos_ff
-            inner = torch.relu(F.linear(F.layer_norm(core, ff.layer_norm.normalized_shape, ff.layer_norm.weight,
-                                                     ff.layer_norm.bias, ff.layer_norm.eps),
-                                        ff.CoreNet[0].weight, ff.CoreNet[0].bias))
-            core = _connect(core, F.linear(inner, ff.CoreNet[3].weight, ff.CoreNet[3].bias), ff.gate)
-            self.keys[i][:, :, p] = k
-            self.values[i][:, :, p] = v
+            kv, h = self.kv[i], w.pos.size(0)  # [2, H*n, M+1, D]: keys, values
+            proj = torch.addmm(w.qkv[1], torch.native_layer_norm(core, (d,), *w.attn_norm)[0], w.qkv[0]).view(
+                n, 4, h, -1).permute(1, 2, 0, 3)  # [4, H, n, D]: (q + u) * scale, k, v, (q + v) * scale
+            kv.select(2, s).view(2, h, n, -1).copy_(proj[1:3])
+            position = torch.bmm(proj[3], w.pos).index_select(-1, columns)  # [H, n, M+1]: distances -> entries
+            position.masked_fill_(hidden, float("-inf"))
+            score = torch.baddbmm(position.view(h * n, 1, -1), proj[0].reshape(h * n, 1, -1), kv[0].transpose(1, 2))
+            prob = torch.softmax(score, dim=-1) if score.dtype == torch.float32 else \
+                torch.softmax(score, dim=-1, dtype=torch.float32).to(score.dtype)
+            out = torch.bmm(prob, kv[1]).view(h, n, -1).transpose(0, 1).reshape(n, -1)  # [n, H*D]
+            core = _connect(core, torch.mm(out, w.out), w.attn_gate)
+            inner = torch.relu(torch.addmm(w.ff_in[1], torch.native_layer_norm(core, (d,), *w.ff_norm)[0],
+                                           w.ff_in[0]))
+            core = _connect(core, torch.addmm(w.ff_out[1], inner, w.ff_out[0]), w.ff_gate)
         inputs = torch.stack(layer_inputs, dim=1)  # [n, L, d]
-        self.inputs[:, :, p] = inputs
-        self.hidden[:, p] = False
-        self.slot = (p + 1) % m
-        return bb.drop(core), inputs
+        self.inputs.select(2, s).copy_(inputs)
+        self.slot = (s + 1) % (self.mem_len + 1)
+        return core, inputs

@@ -25,6 +25,7 @@ penalty of :mod:`.ppo` needs: for categoricals torch's ``kl_divergence``; for Ga
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import List, Optional
 
@@ -42,8 +43,12 @@ class CategoricalActions:
 
     def __init__(self, params: Tensor, dims: Optional[List[int]] = None):
         self.dims = dims
-        self.parts = [Categorical(logits=part) for part in params.split(dims, dim=-1)] if dims else \
-            [Categorical(logits=params)]
+        self.logits = list(params.split(dims, dim=-1)) if dims else [params]  # per dimension, unnormalised
+
+    @functools.cached_property
+    def parts(self) -> List[Categorical]:
+        """A torch ``Categorical`` per dimension (made when first needed: :meth:`mode` does without)."""
+        return [Categorical(logits=part) for part in self.logits]
 
     def _join(self, per_part: List[Tensor]) -> Tensor:
         return torch.stack(per_part, dim=-1) if self.dims else per_part[0]
@@ -53,7 +58,7 @@ class CategoricalActions:
 
     def mode(self) -> Tensor:
         """The most likely action (in each dimension)."""
-        return self._join([part.logits.argmax(-1) for part in self.parts])
+        return self._join([logits.argmax(-1) for logits in self.logits])
 
     def log_prob(self, actions: Tensor) -> Tensor:
         if not self.dims:

@@ -364,9 +364,9 @@ class MemoryAgent(nn.Module):
         first when ``update``), or as they are for an agent that does not normalise."""
         return obs if self.obs_norm is None else self.obs_norm(obs, update)
 
-    def heads(self, hidden: Tensor) -> Tuple[Tensor, Tensor]:
+    def heads(self, hidden: Tensor, value: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
         """The core's states ``[..., d]`` -> ``(params [..., n_params], value [...])``: the logits, or each
-        dimension's mean and log-std."""
+        dimension's mean and log-std (the value None when not asked for, as acting needs only the policy)."""
         hidden = self.norm(hidden)
         params = self.policy(hidden)
         if self.config.continuous:
@@ -374,7 +374,7 @@ class MemoryAgent(nn.Module):
             log_std = self.log_std.expand_as(params) if self.config.log_std == "parameter" else \
                 params[..., n:].clamp(*LOG_STD_RANGE)
             params = torch.cat([params[..., :n], log_std], dim=-1)
-        return params, self.value(hidden).squeeze(-1)
+        return params, (self.value(hidden).squeeze(-1) if value else None)
 
     def replay(self, obs: Tensor, starts: Tensor, state: State, prev: Optional[Tensor] = None
                ) -> Tuple[Tensor, Tensor, State]:
@@ -401,7 +401,12 @@ class MemoryAgent(nn.Module):
     def encoder(self) -> Optional[ObservationEncoder]:
         """How raw observations become vectors (saved with the agent); None for an agent that takes vectors."""
         obs = self.config.observation
-        return None if obs is None else ObservationEncoder.from_json(obs)
+        if obs is None:
+            return None
+        kept = self.__dict__.get("_encoder")  # built once per saved description (predict asks at every call)
+        if kept is None or kept[0] is not obs:
+            kept = self.__dict__["_encoder"] = (obs, ObservationEncoder.from_json(obs))
+        return kept[1]
 
     @torch.no_grad()
     def predict(self, observation, state: Optional[Tuple] = None, episode_start=None, deterministic: bool = False):
@@ -426,7 +431,7 @@ class MemoryAgent(nn.Module):
         x = encoder.encode(obs) if encoder is not None else torch.as_tensor(np.asarray(obs), dtype=torch.float32)
         x = self.normalize(x.to(self.policy.weight.device))
         starts, carry = carried(x.size(0), state, episode_start, self.initial_carry, x.device)
-        logits, _, state, prev = self.step_carried(x, starts, carry)
+        logits, state, prev = self.step_carried(x, starts, carry)
         dist = self.distribution(logits)
         action = dist.mode() if deterministic else dist.sample()
         state = self.carry(state, action)
@@ -435,41 +440,42 @@ class MemoryAgent(nn.Module):
             actions = int(actions[0]) if actions.ndim == 1 and not self.config.continuous else actions[0]
         return actions, tuple(t.cpu().numpy() for t in state)
 
-    def step_carried(self, obs: Tensor, starts: Tensor, carry: State):
+    def step_carried(self, obs: Tensor, starts: Tensor, carry: State) -> Tuple[Tensor, State, Optional[Tensor]]:
         """:meth:`step` from :meth:`predict`'s state (the core's, then the previous action's code): ``(logits,
-        value, the core's state, the previous action's code)``."""
+        the core's state, the previous action's code)``."""
         n_core = len(carry) - (1 if self.config.action_code_dim else 0)
         core, prev = carry[:n_core], (carry[n_core] if self.config.action_code_dim else None)
-        if torch.is_grad_enabled() or not isinstance(self.core, TrXLCore) or not self.core.mem_len \
-                or not supports(self.core.backbone):
-            logits, value, core = self.step(obs, starts, core, prev)
-            return logits, value, core, prev
-        x = self.inputs(obs[:, None], starts[:, None], None if prev is None else prev[:, None])[:, 0]
-        ring = self._ring_for(core)
-        hidden, _ = ring.step(x, starts)
-        logits, value = self.heads(hidden)
+        key = self._ring_key()
+        ring = None if torch.is_grad_enabled() else self._ring_for(core, key)
+        if ring is None:
+            logits, _, core = self.step(obs, starts, core, prev)
+            return logits, core, prev
+        hidden, _ = ring.step(self.inputs(obs, starts, prev), starts)
         core = ring.state
-        self._kept_ring = (ring, tuple(t.clone() for t in core), self._weights_key())
-        return logits, value, core, prev
+        self.__dict__["_kept_ring"] = (ring, tuple(t.clone() for t in core), key)  # not a module attribute
+        return self.heads(hidden, value=False)[0], core, prev
 
-    def _ring_for(self, core: State) -> RingStepper:
+    def _ring_for(self, core: State, key: tuple) -> Optional[RingStepper]:
         """The ring that holds ``core`` (the state the last :meth:`step_carried` returned, passed back unchanged,
-        with the weights unchanged), or a new one projected from it: a step through it costs O(d² + M·d) instead
-        of projecting the memory, and gives the same numbers (tested)."""
-        kept = getattr(self, "_kept_ring", None)
+        with the same :meth:`_ring_key`), or a new one projected from it: a step through it costs O(d² + M·d)
+        instead of projecting the memory, and gives the same numbers (tested). None for a core the ring does not
+        step."""
+        kept = self.__dict__.get("_kept_ring")
         if kept is not None:
-            ring, state, key = kept
-            if key == self._weights_key() and all(a.shape == b.shape and torch.equal(a, b)
-                                                  for a, b in zip(core, state)):
+            ring, state, kept_key = kept
+            if kept_key == key and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(core, state)):
                 return ring
+        if not isinstance(self.core, TrXLCore) or not self.core.mem_len or not supports(self.core.backbone):
+            return None
         return RingStepper(self.core.backbone, *core)
 
-    def _weights_key(self) -> tuple:
-        """Which weights the core has now: each parameter and its in-place version (an update changes it)."""
+    def _ring_key(self) -> tuple:
+        """What a kept ring is valid for: the core's weights now (each parameter and its in-place version; an
+        update changes it) and whether it is in training mode (dropout)."""
         params = self.__dict__.get("_core_params")
         if params is None:
             params = self.__dict__["_core_params"] = tuple(self.core.parameters())
-        return versions(params)
+        return self.core.training, versions(params)
 
     def carry(self, core_state: State, action: Tensor) -> State:
         """:meth:`predict`'s state after ``action``: the core's state, then the action's code."""

@@ -287,7 +287,7 @@ class ObservationEncoder:
                 flat = value.reshape(batch, -1).astype(np.int64)
                 for i, n in enumerate(sizes):
                     code = np.zeros((batch, n), dtype=np.float32)
-                    code[np.arange(batch), np.clip(flat[:, i], 0, n - 1)] = 1.0
+                    code[np.arange(batch), np.minimum(np.maximum(flat[:, i], 0), n - 1)] = 1.0  # np.clip: slower
                     columns.append(code)
         return torch.from_numpy(np.concatenate(columns, axis=1))
 
