@@ -408,7 +408,7 @@ class MemoryAgent(nn.Module):
             kept = self.__dict__["_encoder"] = (obs, ObservationEncoder.from_json(obs))
         return kept[1]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict(self, observation, state: Optional[Tuple] = None, episode_start=None, deterministic: bool = False):
         """Actions for raw observations, with the memory carried by the caller: Stable-Baselines3's protocol
         (``RecurrentPPO.predict``).
