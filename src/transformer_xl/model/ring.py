@@ -136,7 +136,7 @@ class RingStepper:
         """Project the memory's keys and values and the position keys with the weights of now (after an
         update: what the steps before projected is stale)."""
         bb, m = self.backbone, self.mem_len
-        n, n_layer = self.inputs.shape[:2]
+        n = self.inputs.size(0)
         self.kv: List[Tensor] = []  # n_layer x [2, H*n, M+1, D]: keys, values; head h of row i at h*n + i
         self.layers: List[_Layer] = []
         r = sinusoid_table(distances(m, bb.clamp_len, self.inputs.device), bb.config.d_model)  # [M+1, d]
@@ -181,7 +181,7 @@ class RingStepper:
     def step(self, x: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
         """``x [n, d_input]`` (``[n, d_model]`` for a token backbone's embeddings), ``starts [n]`` bool ->
         ``(hidden [n, d], layer inputs [n, n_layer, d])``; every ring moves one step."""
-        with torch.inference_mode():  # fewer costs a small operation (the rings are written in place)
+        with torch.inference_mode():  # each small operation costs less (the rings are written in place)
             core, inputs = self._step(x, starts)
         return core.clone(), inputs.clone()  # tensors autograd may take in (inference_mode's cannot be saved)
 

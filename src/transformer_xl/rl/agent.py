@@ -445,8 +445,10 @@ class MemoryAgent(nn.Module):
         the core's state, the previous action's code)``."""
         n_core = len(carry) - (1 if self.config.action_code_dim else 0)
         core, prev = carry[:n_core], (carry[n_core] if self.config.action_code_dim else None)
-        key = self._ring_key()
-        ring = None if torch.is_grad_enabled() else self._ring_for(core, key)
+        ring = key = None
+        if not torch.is_grad_enabled() and isinstance(self.core, TrXLCore) and self.core.mem_len:
+            key = self._ring_key()
+            ring = self._ring_for(core, key)
         if ring is None:
             logits, _, core = self.step(obs, starts, core, prev)
             return logits, core, prev
@@ -458,16 +460,14 @@ class MemoryAgent(nn.Module):
     def _ring_for(self, core: State, key: tuple) -> Optional[RingStepper]:
         """The ring that holds ``core`` (the state the last :meth:`step_carried` returned, passed back unchanged,
         with the same :meth:`_ring_key`), or a new one projected from it: a step through it costs O(d² + M·d)
-        instead of projecting the memory, and gives the same numbers (tested). None for a core the ring does not
-        step."""
+        instead of projecting the memory, and gives the same numbers (tested). None for a ``trxl`` core the ring
+        does not step."""
         kept = self.__dict__.get("_kept_ring")
         if kept is not None:
             ring, state, kept_key = kept
             if kept_key == key and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(core, state)):
                 return ring
-        if not isinstance(self.core, TrXLCore) or not self.core.mem_len or not supports(self.core.backbone):
-            return None
-        return RingStepper(self.core.backbone, *core)
+        return RingStepper(self.core.backbone, *core) if supports(self.core.backbone) else None
 
     def _ring_key(self) -> tuple:
         """What a kept ring is valid for: the core's weights now (each parameter and its in-place version; an
