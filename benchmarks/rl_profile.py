@@ -10,6 +10,8 @@ machine counts less than in wall time). The floating-point operations are counte
 
     python benchmarks/rl_profile.py
     python benchmarks/rl_profile.py --env popgym-PositionOnlyPendulumEasy-v0 --iterations 5
+    python benchmarks/rl_profile.py --window 32      # levers: a longer window over the same memory,
+    python benchmarks/rl_profile.py --compile        # torch.compile of the core (the update's replay)
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ def profile(core: str, args) -> dict:
     try:
         encoder = ObservationEncoder(envs.single_observation_space, args.env)
         config = AgentConfig(obs_dim=encoder.dim, **check_action_space(envs.single_action_space, args.env),
-                             env_id=args.env, core=core, observation=encoder.to_json())
+                             env_id=args.env, core=core, observation=encoder.to_json(), window=args.window)
         torch.manual_seed(args.seed)
         agent = MemoryAgent(config)
+        if args.compile:  # the replay's forward and backward (collection steps the ring, not this)
+            agent.core.forward = torch.compile(agent.core.forward, dynamic=False)
         optimizer = ppo.adam(agent.parameters(), cfg.lr)
         collector = ppo.Collector(ppo.GymVector(envs), encoder.encode, agent, first, cfg.gamma)
         gen = torch.Generator().manual_seed(args.seed)
@@ -66,6 +70,8 @@ def profile(core: str, args) -> dict:
             if i:  # the first iteration warms up
                 collect.append(mid - start)
                 update.append(time.process_time() - mid)
+        if args.compile:
+            del agent.core.forward  # counted eagerly: the same operations
         update_flops, step_flops = flops_per_sample(agent, batch, config.window, cfg.envs)
     finally:
         envs.close()
@@ -80,12 +86,14 @@ def main() -> None:
     parser.add_argument("--cores", nargs="+", default=["trxl", "gru"])
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--window", type=int, default=AgentConfig.window, help="steps per replayed window")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the memory core's forward (inductor)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = [profile(core, args) for core in args.cores]
     base = rows[-1]
-    print(f"{cpu_description()}; {args.env}; 32 environments x 128 steps an iteration, CPU seconds (median "
-          f"of {args.iterations})\n")
+    print(f"{cpu_description()}; {args.env}; 32 environments x 128 steps an iteration, windows of {args.window}"
+          f"{', core compiled' if args.compile else ''}, CPU seconds (median of {args.iterations})\n")
     print(markdown_table(["core", "collection s", "update s", "steps/s (CPU time)", f"vs {base['core']}",
                           "MFLOP a sample: update / collection step"]))
     for r in rows:
