@@ -10,17 +10,19 @@ its generality (segment phases, padding, growing buffers, trimming): about a hun
   layer inputs they came from, the memory the update replays windows from, :attr:`RingStepper.state`); a step
   writes its own entry first (over the oldest, which it no longer sees), then attends to all ``M + 1``;
 * entry ``j`` is at distance ``(s - j) mod (M + 1)`` from the step writing entry ``s``, so the position term of
-  every entry is one product with the ``M + 1`` position keys ``W_r R`` (distances ``M..0``), its columns taken
-  in the order of a precomputed index for ``s``;
-* a start hides every entry of its row but the step's own; a written entry is visible.
+  every entry is one product with the ``M + 1`` position keys ``W_r R`` (distances ``M..0``) in a rotated order:
+  the keys are kept twice over, side by side, and the step's order is the slice of ``M + 1`` columns from
+  ``M - s`` (a view, no copy);
+* a start hides every entry of its row but the step's own; a written entry is visible. What is hidden is kept as
+  an additive mask (``-inf`` or 0 per entry), which the position product adds as it is computed.
 
 Per layer, about forty operations, each on all rows at once: the layer norm, one product giving ``(q + u) /
-sqrt(D)``, ``k``, ``v`` and ``(q + v) / sqrt(D)``, two products for the scores (the second adding the first), a
-masked softmax, one product for the values, the output projection, the gate (its two input products in one,
-``b_g`` folded into its bias) or residual, and the feed-forward block. The weights are read from plain tensors,
-transposed and combined by :meth:`RingStepper.sync`, and a step runs under ``torch.inference_mode``: at one row
-the cost is the count of operations, not their arithmetic (a step of the default agent went from 0.97 to 0.43
-ms so). Equal to the decoding cache and to a window replayed from the same memory (tests/model/test_ring.py).
+sqrt(D)``, ``k``, ``v`` and ``(q + v) / sqrt(D)``, two products for the scores (the first adding the mask, the
+second the first), a softmax, one product for the values, the output projection, the gate (its two input products
+in one, ``b_g`` folded into its bias) or residual, and the feed-forward block. The weights are read from plain
+tensors, transposed and combined by :meth:`RingStepper.sync`, and a step runs under ``torch.inference_mode``: at
+one row the cost is the count of operations, not their arithmetic (a step of the default agent went from 0.97 to
+0.43 ms so). Equal to the decoding cache and to a window replayed from the same memory (tests/model/test_ring.py).
 Supported: ``attn_type`` 0, pre-LN, ``same_length`` with ``same_length_extra=1``, no dropout at run time;
 :func:`supports` says whether a backbone qualifies (otherwise use the decoding cache).
 """
@@ -36,14 +38,6 @@ from torch import Tensor
 from .attention.relative import distances, sinusoid_table
 from .backbone import PositionwiseFF
 from .gating import GRUGate
-
-
-@functools.lru_cache(maxsize=32)
-def _columns(m: int, device) -> List[Tensor]:
-    """For each entry ``s`` a step may write, ``[M+1]``: the column among the position keys (distances ``M..0``)
-    of each entry's distance ``(s - j) mod (M + 1)``."""
-    j = torch.arange(m + 1)
-    return [((j - s - 1) % (m + 1)).to(device) for s in range(m + 1)]
 
 
 @functools.lru_cache(maxsize=32)
@@ -81,7 +75,7 @@ class _Layer(NamedTuple):
     """One layer's weights as :meth:`RingStepper.step` uses them (matrices transposed: ``x @ w``)."""
     attn_norm: Tuple[Tensor, Tensor, float]  # the attention's layer norm: weight, bias, eps
     qkv: Tuple[Tensor, Tensor]  # [d, 4*H*D] and its bias: (q + r_w_bias) / sqrt(D), k, v, (q + r_r_bias) / sqrt(D)
-    pos: Tensor  # [H, D, M+1]: the position keys of distances M..0
+    pos: Tensor  # [H, D, 2(M+1)]: the position keys of distances M..0, twice (entry j's for slot s: column j+M-s)
     out: Tensor  # [H*D, d]
     attn_gate: Optional[_Gate]
     ff_norm: Tuple[Tensor, Tensor, float]
@@ -127,7 +121,8 @@ class RingStepper:
         n, n_layer, m, d = mems.shape
         self.mem_len = m
         self.inputs = torch.cat([mems.detach(), mems.new_zeros(n, n_layer, 1, d)], dim=2)  # [n, L, M+1, d]
-        self.hidden = torch.cat([hidden, hidden.new_ones(n, 1)], dim=1)  # [n, M+1]
+        self.mask = mems.new_zeros(n, m + 1).masked_fill_(torch.cat([hidden, hidden.new_ones(n, 1)], dim=1),
+                                                           float("-inf"))  # [n, M+1]: -inf where hidden
         self.slot = m  # the entry the next step writes: the memory is entries 0..M-1, oldest first
         self.sync()
 
@@ -153,7 +148,7 @@ class RingStepper:
             qkv = torch.cat([w_q, attn.qkv_net.weight[h * d:], w_q]).t().contiguous()  # [d, 4*H*D]
             zeros = u.new_zeros(2 * h * d)
             qkv_bias = torch.cat([(u * attn.scale).reshape(-1), zeros, (vb * attn.scale).reshape(-1)])
-            pos = attn.r_net(r.to(x.dtype)).view(m + 1, h, d).permute(1, 2, 0).contiguous()  # [H, D, M+1]
+            pos = attn.r_net(r.to(x.dtype)).view(m + 1, h, d).permute(1, 2, 0).repeat(1, 1, 2)  # [H, D, 2(M+1)]
             norm, ln = attn.layer_norm, ff.layer_norm
             self.layers.append(_Layer(
                 (norm.weight, norm.bias, norm.eps), (qkv, qkv_bias), pos,
@@ -162,13 +157,13 @@ class RingStepper:
                 _gate_weights(ff.gate)))
         proj = getattr(bb, "inp_proj", None)  # a vector backbone's input projection
         self.embed = None if proj is None else (_t(proj.weight), proj.bias)
-        self._columns = _columns(m, self.inputs.device)
+        self.mask = self.mask.to(self.layers[0].pos.dtype)
 
     def copy(self) -> "RingStepper":
         """An independent copy (the same backbone and weights): its rings step apart from this one's."""
         out = object.__new__(RingStepper)
         out.__dict__.update(self.__dict__)
-        out.inputs, out.hidden = self.inputs.clone(), self.hidden.clone()
+        out.inputs, out.mask = self.inputs.clone(), self.mask.clone()
         out.kv = [kv.clone() for kv in self.kv]
         return out
 
@@ -176,7 +171,7 @@ class RingStepper:
     def state(self) -> Tuple[Tensor, Tensor]:
         """``(mems [n, n_layer, M, d], hidden [n, M])``, oldest step first."""
         order = _orders(self.mem_len, self.inputs.device)[self.slot]
-        return self.inputs[:, :, order], self.hidden[:, order]
+        return self.inputs[:, :, order], self.mask[:, order] < 0
 
     def step(self, x: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
         """``x [n, d_input]`` (``[n, d_model]`` for a token backbone's embeddings), ``starts [n]`` bool ->
@@ -189,9 +184,9 @@ class RingStepper:
         s = self.slot
         core = x if self.embed is None else torch.addmm(self.embed[1], x.to(self.embed[0].dtype), self.embed[0])
         n, d = core.shape
-        self.hidden |= starts.unsqueeze(1)  # a start hides the episode before it
-        self.hidden.select(1, s).fill_(False)  # the step sees itself
-        hidden, columns = self.hidden, self._columns[s]
+        self.mask.masked_fill_(starts.unsqueeze(1), float("-inf"))  # a start hides the episode before it
+        self.mask.select(1, s).fill_(0.0)  # the step sees itself
+        mask, m = self.mask, self.mem_len
         layer_inputs = []
         for i, w in enumerate(self.layers):
             layer_inputs.append(core)
@@ -199,8 +194,7 @@ class RingStepper:
             proj = torch.addmm(w.qkv[1], torch.native_layer_norm(core, (d,), *w.attn_norm)[0], w.qkv[0]).view(
                 n, 4, h, -1).permute(1, 2, 0, 3)  # [4, H, n, D]: (q + u) * scale, k, v, (q + v) * scale
             kv.select(2, s).view(2, h, n, -1).copy_(proj[1:3])
-            position = torch.bmm(proj[3], w.pos).index_select(-1, columns)  # [H, n, M+1]: distances -> entries
-            position.masked_fill_(hidden, float("-inf"))
+            position = torch.baddbmm(mask, proj[3], w.pos[:, :, m - s:2 * m + 1 - s])  # [H, n, M+1], by entry
             score = torch.baddbmm(position.view(h * n, 1, -1), proj[0].reshape(h * n, 1, -1), kv[0].transpose(1, 2))
             prob = torch.softmax(score, dim=-1) if score.dtype == torch.float32 else \
                 torch.softmax(score, dim=-1, dtype=torch.float32).to(score.dtype)
