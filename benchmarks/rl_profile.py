@@ -10,7 +10,7 @@ machine counts less than in wall time). The floating-point operations are counte
 
     python benchmarks/rl_profile.py
     python benchmarks/rl_profile.py --env popgym-PositionOnlyPendulumEasy-v0 --iterations 5
-    python benchmarks/rl_profile.py --window 32      # levers: a longer window over the same memory,
+    python benchmarks/rl_profile.py --window 32      # a lever: a longer window over the same memory
     python benchmarks/rl_profile.py --compile        # torch.compile of the core (the update's replay)
 """
 

@@ -216,7 +216,7 @@ class CachedStepper(Stepper):
     """The ``trxl`` core stepped with its projected keys and values kept: every step sees the ``mem_len`` steps of
     its episode before it, as the fixed-length memory gives it, at O(d² + M·d) a step instead of projecting the
     memory again. A GTrXL-style core (:func:`~transformer_xl.model.ring.supports`) steps through a
-    :class:`~transformer_xl.model.ring.RingStepper` (a ring of ``M`` slots per layer, few operations a step); any
+    :class:`~transformer_xl.model.ring.RingStepper` (a ring of ``M + 1`` entries per layer, few operations a step); any
     other through a sliding :class:`DecodingCache`, with a ring of each layer's input of the last ``mem_len`` steps
     beside it. Either gives :attr:`state`, the replay's form, when asked (at the first step of each window)."""
 
