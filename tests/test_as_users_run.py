@@ -21,7 +21,6 @@ works only after another import passes there. Here each case starts with nothing
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
@@ -34,6 +33,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 import torch
+from fresh_server import run_cases
 
 import transformer_xl
 
@@ -741,13 +741,7 @@ def name_case(assets: Path, key: str) -> dict:
 def run_server(assets: Path, cases: List[dict], python: str = sys.executable, preload=()) -> Dict[str, dict]:
     """The cases run by one fresh server of ``python``, two children at a time (tests/fresh_server.py), with the
     third-party modules ``preload`` imported before the forks: ``{id: result}``."""
-    if not cases:
-        return {}
-    done = subprocess.run([python, str(SERVER), "--jobs", "2", "--timeout", "120", "--preload", *preload], cwd=assets,
-                          input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True, text=True,
-                          env=user_env(assets, threads=1), timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    return run_cases(cases, python, jobs=2, timeout=120, preload=preload, cwd=assets, env=user_env(assets, threads=1))
 
 
 # ---------------------------------------------------------------------------- a user's first script

@@ -3,12 +3,14 @@ must turn red. A target that passed against the broken code would claim a proper
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import subprocess
-import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+from fresh_server import run_cases
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -53,22 +55,38 @@ CASES = [
 ]
 
 
-def run_broken(name: str, target: str) -> subprocess.CompletedProcess:
+def broken_case(name: str, target: str) -> dict:
+    """The child pytest of ``target`` under the breakage ``name``, as a case of tests/fresh_server.py (a fresh
+    interpreter per case, forked after torch, pytest and hypothesis are imported, none of the package)."""
+    code = (f"import os, sys\nos.environ['TXL_BREAKAGE'] = {name!r}\nsys.path.insert(0, {str(HERE)!r})\n"
+            f"import pytest\nsys.exit(pytest.main(['-p', 'breakages', '-p', 'no:cacheprovider', '-o', 'addopts=', "
+            f"'-q', '-x', '--no-header', '-W', 'ignore', {target!r}]))\n")
+    return {"id": f"{name} {target}", "cwd": str(REPO), "code": code}
+
+
+@pytest.fixture(scope="module")
+def broken() -> Iterator[Future]:
+    """Every case of the module, started when the first test asks (two at a time); each test waits for its own."""
+    cases = [broken_case(name, target) for name, target, needs, *_ in CASES
+             if all(importlib.util.find_spec(module) for module in needs)]
     paths = [str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = {**os.environ, "TXL_BREAKAGE": name, "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "breakages", "-p", "no:cacheprovider", "-o",
-                           "addopts=", "-q", "-x", "--no-header", "-W", "ignore", target], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    pool = ThreadPoolExecutor(max_workers=1)
+    results = pool.submit(run_cases, cases, jobs=2, timeout=900, preload=["pytest", "hypothesis"], cwd=REPO, env=env,
+                          total=3600)
+    yield results
+    pool.shutdown(cancel_futures=True)
 
 
 @pytest.mark.parametrize("name, target, needs, expect", [(*c, "")[:4] for c in CASES],
                          ids=[f"{c[0]}-{c[1].rsplit('::', 1)[1]}" for c in CASES])
-def test_the_test_turns_red_on_its_breakage(name, target, needs, expect):
+def test_the_test_turns_red_on_its_breakage(name, target, needs, expect, broken):
     for module in needs:
         pytest.importorskip(module)
-    done = run_broken(name, target)
-    if done.returncode == 0 and " skipped" in done.stdout and " passed" not in done.stdout:
+    done = broken.result()[f"{name} {target}"]
+    stdout, stderr = done["stdout"], done["stderr"]
+    if done["status"] == 0 and " skipped" in stdout and " passed" not in stdout:
         pytest.skip(f"{target} is skipped here")
-    assert f"breakage {name} applied" in done.stderr, done.stderr[-2000:]
-    assert done.returncode == 1 and f"FAILED {target}" in done.stdout, (done.stdout + done.stderr)[-4000:]
-    assert expect in done.stdout, done.stdout[-4000:]
+    assert f"breakage {name} applied" in stderr, stderr[-2000:]
+    assert done["status"] == 1 and f"FAILED {target}" in stdout, (stdout + stderr)[-4000:]
+    assert expect in stdout, stdout[-4000:]

@@ -38,6 +38,8 @@ from transformer_xl.rllib import TransformerXLRLModule  # noqa: E402
 
 TASK = "popgym-RepeatPreviousEasy-v0"
 REPO = Path(__file__).resolve().parents[2]
+DEATH_DETECTION = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
+                   "health_check_failure_threshold": 2}
 SMALL = {"d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32, "mem_len": 8, "max_seq_len": 8}
 
 
@@ -46,8 +48,10 @@ def two_nodes():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     # a head port of its own: another Ray of these tests may run on this machine at the same time
+    # a lost node is marked dead after 2 missed health checks 1 s apart (Ray's default: 5 checks 3 s apart)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            "gcs_server_port": free_port()})
+                                                            "gcs_server_port": free_port(),
+                                                            "_system_config": DEATH_DETECTION})
     worker = cluster.add_node(num_cpus=2, resources={"runner_node": 2})
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
@@ -113,9 +117,11 @@ def test_the_documented_cluster_commands_run_as_written(tmp_path):
     env.pop("RAY_AUTH_MODE", None)  # as a user's shell has it: what the block exports, it exports
     sessions, stack = [], contextlib.ExitStack()
     try:
-        # the worker node's files apart from the head's, as on a machine of its own (else both unpack the job's
-        # --working-dir into one folder, and one deletes it under the other); a short path for Ray's sockets
-        own = ["", f"--temp-dir {stack.enter_context(tempfile.TemporaryDirectory(prefix='rw', dir='/tmp'))}"]
+        # each node's files apart, as on a machine of its own (else both unpack the job's --working-dir into one
+        # folder, and one deletes it under the other), and none in /tmp/ray: a head killed there leaves its address
+        # in /tmp/ray/ray_current_cluster, where a later ray.init() of this machine would try to join it
+        own = [f"--temp-dir {stack.enter_context(tempfile.TemporaryDirectory(prefix=p, dir='/tmp'))}"
+               for p in ("rh", "rw")]  # short paths for Ray's sockets
         for command, cpus, extra in ((head, 1, own[0]), (worker, 2, own[1])):
             log = tmp_path / f"node{len(sessions)}.log"
             with log.open("w") as out:  # its own process group: killed with everything it started below
@@ -139,12 +145,16 @@ def test_the_documented_cluster_commands_run_as_written(tmp_path):
 
 
 def wait_for_nodes(port: int, nodes: int, started: subprocess.Popen, log: Path, seconds: float = 120) -> None:
-    """Until the cluster at ``port`` has ``nodes`` live nodes (``ray.nodes()`` in a child, not to join here)."""
+    """Until the cluster at ``port`` has ``nodes`` live nodes (``ray.nodes()`` in a child, not to join here), asked
+    once ``ray start`` has said "Ray runtime started." (a probe costs a Ray driver's start)."""
     probe = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False); "
              "print(sum(n['Alive'] for n in ray.nodes()))")  # the cluster's token: RAY_AUTH_MODE=token below
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         assert started.poll() is None, log.read_text()[-3000:]
+        if "Ray runtime started." not in log.read_text(errors="replace"):
+            time.sleep(0.2)
+            continue
         out = subprocess.run([sys.executable, "-c", probe, f"127.0.0.1:{port}"], capture_output=True, text=True,
                              timeout=120, env={**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "token"})
         if out.returncode == 0 and out.stdout.strip().splitlines()[-1:] == [str(nodes)]:
