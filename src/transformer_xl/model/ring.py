@@ -29,7 +29,6 @@ Supported: ``attn_type`` 0, pre-LN, ``same_length`` with ``same_length_extra=1``
 
 from __future__ import annotations
 
-import functools
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
@@ -40,10 +39,10 @@ from .backbone import PositionwiseFF
 from .gating import GRUGate
 
 
-@functools.lru_cache(maxsize=32)
-def _orders(m: int, device) -> Tensor:
-    """``[M+1, M]``: for the entry ``s`` the next step writes, the entries of the memory, oldest first."""
-    return ((torch.arange(m + 1)[:, None] + 1 + torch.arange(m)[None]) % (m + 1)).to(device)
+def _oldest_first(x: Tensor, s: int, dim: int) -> Tensor:
+    """The entries of ``x`` along ``dim`` (``M+1`` of them) but ``s``, the one the next step writes: ``s+1 .. M``,
+    then ``0 .. s-1``, oldest first (two slices: cheaper per step than an index)."""
+    return torch.cat([x.narrow(dim, s + 1, x.size(dim) - s - 1), x.narrow(dim, 0, s)], dim=dim)
 
 
 def versions(tensors) -> tuple:
@@ -104,7 +103,8 @@ def _connect(x: Tensor, y: Tensor, gate: Optional[_Gate]) -> Tensor:
     """:func:`~.gating.residual` in few operations: ``x + y``, or GTrXL's ``g(x, relu(y))``."""
     if gate is None:
         return x + y
-    rz, g = torch.addmm(gate.bias, torch.cat([torch.relu(y), x], dim=1), gate.w).split(gate.split, dim=1)
+    rz, g = torch.split_with_sizes(torch.addmm(gate.bias, torch.cat([torch.relu(y), x], dim=1), gate.w), gate.split,
+                                   dim=1)
     r, z = torch.sigmoid(rz).chunk(2, dim=1)
     return torch.lerp(x, torch.tanh(torch.addmm(g, r * x, gate.u_g)), z)  # x + z * (h - x)
 
@@ -170,8 +170,7 @@ class RingStepper:
     @property
     def state(self) -> Tuple[Tensor, Tensor]:
         """``(mems [n, n_layer, M, d], hidden [n, M])``, oldest step first."""
-        order = _orders(self.mem_len, self.inputs.device)[self.slot]
-        return self.inputs[:, :, order], self.mask[:, order] < 0
+        return _oldest_first(self.inputs, self.slot, 2), _oldest_first(self.mask, self.slot, 1) < 0
 
     def step(self, x: Tensor, starts: Tensor) -> Tuple[Tensor, Tensor]:
         """``x [n, d_input]`` (``[n, d_model]`` for a token backbone's embeddings), ``starts [n]`` bool ->
