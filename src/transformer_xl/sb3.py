@@ -97,6 +97,13 @@ class TransformerXLPolicy(BasePolicy):
     def window(self) -> int:
         return self.agent.config.window
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are: the agent's policy head's (SB3's property walks the parameters on every call, and
+        ``predict`` asks it each step)."""
+        agent = self._modules.get("agent")
+        return agent.policy.weight.device if agent is not None else super().device
+
     # -- what transformer_xl.rl.ppo's collector and update call (observations as SB3's obs_as_tensor gives them)
     def features(self, obs) -> Tensor:
         """Observations ``[N, ...]`` (a Dict space's: a dict of them) -> the agent's input ``[N, F]``."""
