@@ -19,6 +19,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,8 +84,6 @@ def run_cases(cases: list, python: str = sys.executable, jobs: int = 2, timeout:
     """The client's side: ``cases`` run by one fresh server of ``python`` (this file), ``jobs`` children at a time,
     each killed past ``timeout`` seconds, the third-party modules ``preload`` imported before the forks; all of it
     within ``total`` seconds: ``{id: result}``."""
-    import subprocess
-
     if not cases:
         return {}
     done = subprocess.run([python, __file__, "--jobs", str(jobs), "--timeout", str(timeout), "--preload", *preload],

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Dict
 
 import pytest
 from fresh_server import run_cases
@@ -65,17 +64,13 @@ def broken_case(name: str, target: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def broken() -> Iterator[Future]:
-    """Every case of the module, started when the first test asks (two at a time); each test waits for its own."""
+def broken() -> Dict[str, dict]:
+    """Every case of the module, run when the first test asks (two children at a time): ``{id: result}``."""
     cases = [broken_case(name, target) for name, target, needs, *_ in CASES
              if all(importlib.util.find_spec(module) for module in needs)]
     paths = [str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    pool = ThreadPoolExecutor(max_workers=1)
-    results = pool.submit(run_cases, cases, jobs=2, timeout=900, preload=["pytest", "hypothesis"], cwd=REPO, env=env,
-                          total=3600)
-    yield results
-    pool.shutdown(cancel_futures=True)
+    return run_cases(cases, jobs=2, timeout=900, preload=["pytest", "hypothesis"], cwd=REPO, env=env, total=3600)
 
 
 @pytest.mark.parametrize("name, target, needs, expect", [(*c, "")[:4] for c in CASES],
@@ -83,7 +78,7 @@ def broken() -> Iterator[Future]:
 def test_the_test_turns_red_on_its_breakage(name, target, needs, expect, broken):
     for module in needs:
         pytest.importorskip(module)
-    done = broken.result()[f"{name} {target}"]
+    done = broken[f"{name} {target}"]
     stdout, stderr = done["stdout"], done["stderr"]
     if done["status"] == 0 and " skipped" in stdout and " passed" not in stdout:
         pytest.skip(f"{target} is skipped here")
