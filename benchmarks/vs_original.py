@@ -21,7 +21,9 @@ the per-round time ratios, original / ours, with the machine's CPU flags:
 - ``bf16``: our training step under CPU bf16 autocast against the original's fp32 step;
 - ``eval-bf16``: our evaluation with the weights cast to bf16 once (``txl eval --precision bf16``) against the
   original's fp32 evaluation;
-- ``eval-bf16-compile``: the same with ``torch.compile`` (inductor) around our model.
+- ``eval-bf16-compile``: the same with ``torch.compile`` (inductor) around our model;
+- ``bf16-compile``: our bf16 autocast training step with ``torch.compile`` (inductor) around our model, as
+  ``txl train train.compile=true`` runs it, against the original's fp32 step.
 
 Default model: the issue's base-like configuration (4 layers, d_model 256, 8 heads of 32, d_inner 1024,
 tgt_len = mem_len = 128, batch 8, vocabulary 10k, no adaptive softmax, dropout 0.1).
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import add_model_args, cpu_description, markdown_table, table_row
 from train_step import token_stream
 
-MODES = ("train", "eval", "bf16", "eval-bf16", "eval-bf16-compile")
+MODES = ("train", "eval", "bf16", "eval-bf16", "eval-bf16-compile", "bf16-compile")
 
 
 def load_original(folder: Path) -> types.ModuleType:
@@ -164,8 +166,9 @@ def time_mode(mode, original, args, rows) -> list:
     if mode.startswith("eval-bf16"):
         ours = ours.to(torch.bfloat16)  # the weights cast once, as txl eval --precision bf16 loads them
     if mode.endswith("compile"):
-        ours.compile()  # txl eval --compile
-    runners = {"ours": Ours(ours, args, "bf16" if mode == "bf16" else "fp32"), "original": Theirs(theirs, args)}
+        ours.compile()  # txl eval --compile, txl train train.compile=true
+    runners = {"ours": Ours(ours, args, "bf16" if mode.startswith("bf16") else "fp32"),
+               "original": Theirs(theirs, args)}
     L, per_round = args.tgt_len, args.steps + 1
     ratios, seconds = [], {"ours": [], "original": []}
     for r in range(args.rounds):
@@ -219,7 +222,8 @@ def main() -> None:
         label = {"train": "training step, fp32", "eval": "evaluation (no grad), fp32",
                  "bf16": "training step, ours bf16 autocast vs original fp32",
                  "eval-bf16": "evaluation (no grad), ours bf16 weights vs original fp32",
-                 "eval-bf16-compile": "evaluation (no grad), ours bf16 weights + torch.compile vs original fp32"}[mode]
+                 "eval-bf16-compile": "evaluation (no grad), ours bf16 weights + torch.compile vs original fp32",
+                 "bf16-compile": "training step, ours bf16 autocast + torch.compile vs original fp32"}[mode]
         print(table_row([label, f"{1e3 * med['original']:.1f}", f"{1e3 * med['ours']:.1f}",
                          f"**{statistics.median(ratios):.2f}x**", f"{min(ratios):.2f}x", f"{max(ratios):.2f}x"]),
               flush=True)

@@ -160,6 +160,71 @@ def test_target_log_probs_by_row_blocks_equal_the_whole():
     torch.testing.assert_close(blocks, want, rtol=0, atol=1e-6)
 
 
+def test_bf16_target_log_probs_by_products_of_many_rows_equal_the_float64_maths(monkeypatch):
+    """bf16 weights without gradients: the output product takes up to PRODUCT_LOGITS_16BIT logits at a time and
+    its log-softmax goes ROW_BLOCK rows at a time; the target log-probabilities are float32 and within bf16's
+    rounding of the log-softmax computed in float64 from the same weights, for a row count that is a multiple
+    of neither block (three products here: the limit is lowered to two row blocks)."""
+    from transformer_xl.model import adaptive
+
+    monkeypatch.setattr(adaptive, "PRODUCT_LOGITS_16BIT", 2 * adaptive.ROW_BLOCK * 300)
+    torch.manual_seed(4)
+    crit = adaptive.ProjectedAdaptiveLogSoftmax(300, 24, 32, [], 1)
+    for p in crit.parameters():
+        torch.nn.init.normal_(p, 0.0, 0.3)
+    crit = crit.bfloat16()
+    n = 5 * adaptive.ROW_BLOCK + 9
+    hidden, target = torch.randn(n, 32).bfloat16(), torch.randint(0, 300, (n,))
+    with torch.no_grad():
+        got = crit(hidden, target)
+    proj, layer = crit.out_projs[0].double(), crit.out_layers[0]
+    logits = hidden.double() @ proj @ layer.weight.double().t() + layer.bias.double()  # [N, V]
+    want = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).squeeze(1)
+    assert got.dtype == torch.float32 and got.shape == (n,)
+    torch.testing.assert_close(got.double(), want, rtol=0.01, atol=0.1)
+    assert (got.double() - want).abs().mean() < 0.02
+
+
+def test_autocast_target_log_probs_and_gradients_by_row_blocks_equal_the_float64_maths():
+    """Under bf16 autocast with gradients the output layer's log-softmax goes ROW_BLOCK rows at a time in both
+    passes (the backward recomputes the softmax from the 16-bit logits); the log-probabilities equal the float64
+    log-softmax of the same bf16 logits, and the gradient reaching the logits is g * (onehot - softmax) rounded once
+    to bf16, for a row count not a multiple of the block."""
+    from transformer_xl.model.adaptive import ROW_BLOCK, ProjectedAdaptiveLogSoftmax
+
+    torch.manual_seed(5)
+    crit = ProjectedAdaptiveLogSoftmax(300, 32, 32, [], 1)
+    for p in crit.parameters():
+        torch.nn.init.normal_(p, 0.0, 0.3)
+    n = 3 * ROW_BLOCK + 5
+    hidden, target = torch.randn(n, 32), torch.randint(0, 300, (n,))
+    weights = torch.rand(n)  # a different gradient for each row
+    kept = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = crit._logit(hidden, 0)
+    orig_logit = crit._logit
+
+    def keep_logits(h, i):
+        out = orig_logit(h, i)
+        out.register_hook(lambda g: kept.setdefault("grad", g))
+        kept["logits"] = out
+        return out
+
+    crit._logit = keep_logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = crit(hidden, target)
+    (got * weights).sum().backward()
+    assert kept["logits"].dtype == torch.bfloat16 and got.dtype == torch.float32
+    torch.testing.assert_close(kept["logits"], logits, rtol=0, atol=0)
+    exact = logits.double()
+    logp = torch.log_softmax(exact, dim=-1)
+    torch.testing.assert_close(got.double(), logp.gather(1, target[:, None]).squeeze(1), rtol=0, atol=1e-5)
+    onehot = torch.nn.functional.one_hot(target, 300).double()
+    want = (weights.double()[:, None] * (onehot - logp.exp())).bfloat16()
+    assert kept["grad"].dtype == torch.bfloat16
+    torch.testing.assert_close(kept["grad"].double(), want.double(), rtol=0.01, atol=1e-6)
+
+
 @pytest.mark.parametrize("div_val", [1, 2])
 def test_a_cluster_without_targets_is_skipped_not_the_rest(div_val):
     """Targets in the head and the last tail cluster only: each one's log-prob is the full distribution's."""

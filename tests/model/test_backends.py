@@ -6,6 +6,8 @@ the test still checks that asking for them is exact; with ``TRITON_INTERPRET=1``
 itself runs.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from helpers import random_tokens, tiny_model
@@ -22,6 +24,7 @@ from transformer_xl.model.attention import (
     segment_visibility,
 )
 from transformer_xl.model.attention.backends import masked_softmax_attend, plain_attention
+from transformer_xl.model.attention.relative import rel_attn_score
 
 SEG = 4
 CONFIG = dict(attn_type=0, tgt_len=SEG, mem_len=6, cutoffs=[15, 35], div_val=2, d_embed=32,
@@ -117,3 +120,80 @@ def test_masked_softmax_of_bf16_scores_gives_bf16_and_the_float64_result(grad):
         got = masked_softmax_attend(score * 1, v.bfloat16(), vis, torch.nn.Identity())
     assert got.dtype == torch.bfloat16 and got.requires_grad == grad
     torch.testing.assert_close(got.double(), expected, atol=0.05, rtol=0.02)
+
+
+# ---------------------------------------------------------------------------------------------- fused inference
+def _bf16_call(mlen, qlen, window, hidden, seed=0):
+    """An AttentionCall of bf16 tensors in the model's strided head layout, with a position term as large as the
+    content term (so that a wrong shift or a lost bias shows)."""
+    from transformer_xl.model.attention.relative import distances, sinusoid_table
+
+    g = torch.Generator().manual_seed(seed)
+    B, H, D = 2, 3, 8
+    K = mlen + qlen
+    q, k, v = (torch.randn(B, n, H, D, generator=g).transpose(1, 2) for n in (qlen, K, K))  # [B, H, n, D]
+    r_k = torch.randn(H, 1, D, generator=g) * sinusoid_table(distances(K, 0, "cpu"), D)[None] * 2  # [H, K+1, D]
+    u, v_bias = torch.randn(H, D, generator=g), torch.randn(H, D, generator=g)
+    key_hidden = None
+    if hidden:
+        key_hidden = torch.zeros(B, K, dtype=torch.bool)
+        key_hidden[0, : max(mlen // 2, 1)] = True  # forgotten memory in row 0
+        key_hidden[1, -1] = True  # a padded last token in row 1
+    vis = segment_visibility(qlen, mlen, "cpu", window, key_hidden)
+    bf = [t.bfloat16() for t in (q, k, v, r_k, u, v_bias)]
+    return AttentionCall(bf[0], bf[3], bf[4], bf[5], vis, D ** -0.5, torch.nn.Dropout(0.0), k=bf[1], v=bf[2])
+
+
+def _float64_attention(call):
+    """The paper's sums in float64 from the call's own (bf16) values, the distance written out: query i, key j,
+    distance M + i - j, position key column K - distance; masked softmax; values."""
+    q, k, v, r_k, u, vb = (t.double() for t in (call.q, call.k, call.v, call.r_k, call.u, call.v_bias))
+    qlen, klen = q.size(2), k.size(2)
+    i, j = torch.arange(qlen)[:, None], torch.arange(klen)[None]
+    column = (klen - (klen - qlen + i - j)).clamp(0, klen)  # [L, K]; keys after the query: masked below
+    content = torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
+    position = torch.einsum("bhid,hijd->bhij", q + vb[:, None], r_k[:, column])  # r_k[:, column]: [H, L, K, D]
+    score = (content + position) * call.scale
+    mask = call.vis.mask[:, None] if call.vis.mask.dim() == 3 else call.vis.mask
+    return torch.softmax(score.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
+FUSED_CASES = [(0, 5, 0, False), (3, 5, 0, False), (9, 5, 0, False), (9, 5, 6, False), (3, 5, 0, True),
+               (9, 4, 7, True)]
+
+
+@pytest.mark.parametrize("mlen,qlen,window,hidden", FUSED_CASES)
+def test_fused_inference_path_equals_the_float64_maths(mlen, qlen, window, hidden):
+    """A bf16 segment without gradients goes through scaled_dot_product_attention with the position term as its
+    bias; it equals the shift-trick score and masked softmax taken in float64 from the same values, within bf16's
+    rounding, for memory 0, < L and > L, same_length windows and hidden keys; the masked-softmax path of the
+    same bf16 values is no closer than twice the fused path's error plus bf16's step."""
+    call = _bf16_call(mlen, qlen, window, hidden)
+    expected = _float64_attention(call)
+    with torch.no_grad():
+        assert backends.fused_inference_applies(call, call.k, call.v)
+        got = plain_attention(call)
+        score = rel_attn_score(call.q, call.k, call.r_k, call.u, call.v_bias, call.scale)
+        unfused = masked_softmax_attend(score, call.v, call.vis, call.dropatt)
+    assert got.dtype == torch.bfloat16 and got.shape == expected.shape
+    torch.testing.assert_close(got.double(), expected, atol=0.03, rtol=0.02)
+    fused_err = (got.double() - expected).abs().max().item()
+    unfused_err = (unfused.double() - expected).abs().max().item()
+    assert fused_err <= 2 * unfused_err + 2 ** -7, (fused_err, unfused_err)
+
+
+def test_fused_inference_path_is_taken_for_16_bit_segments_without_gradients_only():
+    call = _bf16_call(3, 5, 0, False)
+    with torch.no_grad():
+        assert backends.fused_inference_applies(call, call.k, call.v)
+        call.dropatt = torch.nn.Dropout(0.5).train()
+        assert not backends.fused_inference_applies(call, call.k, call.v)  # attention dropout in training
+        call.dropatt.eval()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not backends.fused_inference_applies(call, call.k, call.v)  # autocast keeps the fp32 softmax
+        one = dataclasses.replace(call, q=call.q[:, :, -1:])
+        assert not backends.fused_inference_applies(one, call.k, call.v)  # one query at a time: decoding
+        f32 = dataclasses.replace(call, q=call.q.float(), k=call.k.float(), v=call.v.float())
+        assert not backends.fused_inference_applies(f32, f32.k, f32.v)  # float32: no faster, not taken
+    call.q.requires_grad_(True)
+    assert not backends.fused_inference_applies(call, call.k, call.v)  # a gradient wanted

@@ -25,6 +25,10 @@ from .ops.linear import FEW_ROWS, linear
 #: Rows of the output layer computed at a time without gradients: ``[64, V]`` float32 logits of a 10k vocabulary
 #: are 2.5 MB, about a core's L2 cache.
 ROW_BLOCK = 64
+#: Logits of one output-layer product in 16-bit weights (32 MB): bf16 products of 64 rows run far below the matrix
+#: units' rate (the weight is re-laid for each call), so the product takes up to this many logits at once and its
+#: log-softmax still goes ``ROW_BLOCK`` rows at a time.
+PRODUCT_LOGITS_16BIT = 1 << 24
 
 
 def _cluster_bounds(n_token: int, cutoffs: List[int]) -> List[int]:
@@ -156,7 +160,10 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         if self.n_clusters == 0:
             if not torch.is_grad_enabled():
                 return self._target_log_probs_by_rows(hidden, target)
-            return _TargetLogSoftmax.apply(self._logit(hidden, 0).float(), target)
+            logits = self._logit(hidden, 0)  # [N, V]
+            if logits.dtype in (torch.bfloat16, torch.float16):  # autocast's product
+                return _BlockedTargetLogSoftmax.apply(logits, target)
+            return _TargetLogSoftmax.apply(logits.float(), target)
         head = self._logprob(hidden, 0)  # [N, head_size]
         out = torch.zeros(target.shape, dtype=head.dtype, device=head.device)  # [N]
         for i, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
@@ -176,12 +183,17 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
     def _target_log_probs_by_rows(self, hidden: Tensor, target: Tensor) -> Tensor:
         """Without gradients and with one cluster: the target log-probabilities ``[N]`` (float32), ``ROW_BLOCK`` rows
         at a time, so that each block's logits, their float32 copy and their log-softmax stay in cache instead of
-        going through memory as ``[N, V]`` tensors. The same numbers as the whole at once."""
+        going through memory as ``[N, V]`` tensors (16-bit logits: products of up to ``PRODUCT_LOGITS_16BIT``, their
+        log-softmax by ``ROW_BLOCK`` rows). The same numbers as the whole at once."""
         out = torch.empty(target.shape, dtype=torch.float32, device=hidden.device)  # [N]
-        for lo in range(0, hidden.size(0), ROW_BLOCK):
-            hi = lo + ROW_BLOCK
-            logp = F.log_softmax(self._logit(hidden[lo:hi], 0).float(), dim=-1)  # [rows, V]
-            out[lo:hi] = logp.gather(1, target[lo:hi, None]).squeeze(1)
+        rows = ROW_BLOCK
+        if hidden.dtype in (torch.bfloat16, torch.float16):
+            rows = max(ROW_BLOCK, PRODUCT_LOGITS_16BIT // self.n_token // ROW_BLOCK * ROW_BLOCK)
+        for lo in range(0, hidden.size(0), rows):
+            logits = self._logit(hidden[lo:lo + rows], 0)  # [rows, V]
+            for a in range(0, logits.size(0), ROW_BLOCK):
+                logp = F.log_softmax(logits[a:a + ROW_BLOCK].float(), dim=-1)  # [ROW_BLOCK, V]
+                out[lo + a:lo + a + ROW_BLOCK] = logp.gather(1, target[lo + a:lo + a + ROW_BLOCK, None]).squeeze(1)
         return out
 
     def log_probs(self, hidden: Tensor) -> Tensor:
@@ -212,4 +224,41 @@ class _TargetLogSoftmax(torch.autograd.Function):
         logp, target = ctx.saved_tensors
         grad_logits = logp.exp().mul_(-grad[:, None])  # [N, V]: -g * softmax
         grad_logits.scatter_add_(1, target[:, None], grad[:, None])  # + g at the target
+        return grad_logits, None
+
+
+class _BlockedTargetLogSoftmax(torch.autograd.Function):
+    """``log_softmax(logits.float())[n, target[n]]`` of 16-bit logits ``[N, V]`` (autocast's output product),
+    float32 ``[N]``, ``ROW_BLOCK`` rows at a time in both passes.
+
+    :class:`_TargetLogSoftmax` over the float32 copy of the logits writes and reads five ``[N, V]`` float32 tensors
+    (the copy, the log-probabilities, their exponential, the gradient, its 16-bit cast) through memory: 200 MB
+    each step for the base-like model's 1024 x 10k logits. Here each block's float32 copy, log-softmax and gradient
+    stay in cache; the backward keeps only the log-sum-exp ``[N]`` and recomputes the softmax from the logits. The
+    gradient ``g * (onehot - softmax)`` is computed in float32 and rounded once to the logits' dtype, as the
+    16-bit product's backward would round the float32 one.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor) -> Tensor:
+        out = torch.empty(target.shape, dtype=torch.float32, device=logits.device)  # [N]
+        lse = torch.empty(target.shape, dtype=torch.float32, device=logits.device)  # [N]
+        for lo in range(0, logits.size(0), ROW_BLOCK):
+            block = logits[lo:lo + ROW_BLOCK].float()  # [rows, V]
+            logp = F.log_softmax(block, dim=-1)
+            out[lo:lo + ROW_BLOCK] = logp.gather(1, target[lo:lo + ROW_BLOCK, None]).squeeze(1)
+            lse[lo:lo + ROW_BLOCK] = block[:, 0] - logp[:, 0]  # logsumexp = x - log_softmax(x), any column
+        ctx.save_for_backward(logits, target, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        logits, target, lse = ctx.saved_tensors
+        grad_logits = torch.empty_like(logits)  # [N, V], the logits' dtype
+        for lo in range(0, logits.size(0), ROW_BLOCK):
+            hi = lo + ROW_BLOCK
+            g = grad[lo:hi, None]  # [rows, 1]
+            block = logits[lo:hi].float().sub_(lse[lo:hi, None]).exp_().mul_(-g)  # -g * softmax
+            block.scatter_add_(1, target[lo:hi, None], g)  # + g at the target
+            grad_logits[lo:hi] = block
         return grad_logits, None
