@@ -12,7 +12,7 @@ Back-ends compute the same thing and differ in how:
 ==========  ======================================================================================
 name        how
 ==========  ======================================================================================
-plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device); a segment of
+plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device); a CPU segment of
             16-bit weights without gradients goes through one fused ``scaled_dot_product_attention``
 streamed    keys ``chunk`` at a time with an online softmax and a recomputing backward, so neither the
             ``[B, H, L, K]`` scores nor the projected memory are held whole (:mod:`.streamed`)
@@ -196,13 +196,15 @@ def plain_attention(call: AttentionCall) -> Tensor:
 
 
 def fused_inference_applies(call: AttentionCall, k: Tensor, v: Tensor) -> bool:
-    """16-bit queries of more than one position, no gradient wanted, no attention dropout, no autocast.
+    """On CPU: 16-bit queries of more than one position, no gradient wanted, no attention dropout, no autocast.
 
     Measured side by side on an Intel Xeon with AMX (bf16, a segment of 128 with memory 128, batch 8): 2.0 ms a
     layer against 2.9 for the masked softmax. In float32, and for one query at a time (decoding), it was no faster,
-    so those keep the plain path."""
+    so those keep the plain path; GPUs have the ``triton`` back-end."""
     q = call.q
-    if q.dtype not in (torch.bfloat16, torch.float16) or q.size(2) < 2 or call.dropout_active:
+    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or q.size(2) < 2:
+        return False
+    if call.dropout_active:
         return False
     if torch.is_autocast_enabled(q.device.type):
         return False
