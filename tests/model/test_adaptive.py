@@ -144,12 +144,10 @@ def test_bf16_autocast_keeps_log_softmax_in_float32(div_val):
 def test_target_log_probs_by_row_blocks_equal_the_whole():
     """Without gradients a one-cluster softmax computes the target log-probabilities ROW_BLOCK rows at a time; they
     equal the log-softmax of all rows at once (the path with gradients), for a row count not a multiple of it."""
-    from transformer_xl.model.adaptive import ROW_BLOCK, ProjectedAdaptiveLogSoftmax
+    from transformer_xl.model.adaptive import ROW_BLOCK
 
     torch.manual_seed(3)
-    crit = ProjectedAdaptiveLogSoftmax(300, 24, 32, [], 1)
-    for p in crit.parameters():
-        torch.nn.init.normal_(p, 0.0, 0.3)
+    crit = make_crit(300, 24, 32, [], 1, seed=3)
     n = 2 * ROW_BLOCK + 17
     hidden, target = torch.randn(n, 32), torch.randint(0, 300, (n,))
     with torch.no_grad():
@@ -169,10 +167,7 @@ def test_bf16_target_log_probs_by_products_of_many_rows_equal_the_float64_maths(
 
     monkeypatch.setattr(adaptive, "PRODUCT_LOGITS_16BIT", 2 * adaptive.ROW_BLOCK * 300)
     torch.manual_seed(4)
-    crit = adaptive.ProjectedAdaptiveLogSoftmax(300, 24, 32, [], 1)
-    for p in crit.parameters():
-        torch.nn.init.normal_(p, 0.0, 0.3)
-    crit = crit.bfloat16()
+    crit = make_crit(300, 24, 32, [], 1, seed=4).bfloat16()
     n = 5 * adaptive.ROW_BLOCK + 9
     hidden, target = torch.randn(n, 32).bfloat16(), torch.randint(0, 300, (n,))
     with torch.no_grad():
@@ -190,12 +185,10 @@ def test_autocast_target_log_probs_and_gradients_by_row_blocks_equal_the_float64
     passes (the backward recomputes the softmax from the 16-bit logits); the log-probabilities equal the float64
     log-softmax of the same bf16 logits, and the gradient reaching the logits is g * (onehot - softmax) rounded once
     to bf16, for a row count not a multiple of the block."""
-    from transformer_xl.model.adaptive import ROW_BLOCK, ProjectedAdaptiveLogSoftmax
+    from transformer_xl.model.adaptive import ROW_BLOCK
 
     torch.manual_seed(5)
-    crit = ProjectedAdaptiveLogSoftmax(300, 32, 32, [], 1)
-    for p in crit.parameters():
-        torch.nn.init.normal_(p, 0.0, 0.3)
+    crit = make_crit(300, 32, 32, [], 1, seed=5)
     n = 3 * ROW_BLOCK + 5
     hidden, target = torch.randn(n, 32), torch.randint(0, 300, (n,))
     weights = torch.rand(n)  # a different gradient for each row
