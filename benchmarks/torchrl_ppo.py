@@ -7,9 +7,11 @@ TorchRL's parts, read top to bottom: ``GymWrapper`` over a Gymnasium ``SyncVecto
 registered, ``module:Id`` for a task of your own) in a ``TransformedEnv`` with ``InitTracker`` (episode starts,
 ``is_init``), ``RewardSum`` and the memory's primer; a ``ProbabilisticActor`` (``OneHotCategorical`` for Discrete
 actions, ``IndependentNormal`` for Box ones, clipped to the bounds by ``ClipTransform``) and a value operator over
-the memory; TorchRL's ``Collector``; ``GAE`` (``shifted=True``: one pass of the memory over each row with the
-steps after time-limit ends inserted); ``ClipPPOLoss`` on windows of ``--window`` steps replayed from the state
-stored at their first step, under ``set_recurrent_mode(True)``.
+the memory; TorchRL's ``Collector`` (``return_same_td=True``: each batch is used up before the next); ``GAE``
+(values by ``value_estimates``: one pass of the memory over each row, the steps after time-limit ends stepped from
+their stored state); ``ClipPPOLoss`` on shuffled windows of ``--window`` steps replayed from the state stored at
+their first step, under ``set_recurrent_mode(True)`` (``TransformerXLModule.minibatches`` for ``txl``); a fused
+Adam.
 
 The settings are ``txl rl``'s (32 environments x 128 steps an iteration, 4 epochs of 8 minibatches, Adam at 5e-4
 annealed to 0, clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5, GAE lambda 0.95; gamma from ``txl rl``'s
@@ -58,7 +60,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def build(args, env_kwargs):
-    """``(env, actor, critic, policy, agent)`` for ``args.module``; ``agent`` for ``txl`` only."""
+    """``(env, actor, critic, policy, memory, agent)`` for ``args.module``; ``agent`` for ``txl`` only."""
     import gymnasium as gym
     from tensordict.nn import TensorDictModule, TensorDictSequential
     from torchrl.envs import ClipTransform, DTypeCastTransform, GymWrapper, InitTracker, RewardSum, TransformedEnv
@@ -111,7 +113,7 @@ def build(args, env_kwargs):
                                return_log_prob=True, **dist)
     critic = TensorDictSequential(memory, value)
     policy = TensorDictSequential(actor, *extra) if extra else actor
-    return env, actor, critic, policy, agent
+    return env, actor, critic, policy, memory, agent
 
 
 class _LocScale(nn.Module):
@@ -142,17 +144,18 @@ def train(args) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     env_kwargs = json.loads(args.env_kwargs)
-    env, actor, critic, policy, agent = build(args, env_kwargs)
+    env, actor, critic, policy, memory, agent = build(args, env_kwargs)
     env.set_seed(args.seed)
     frames = args.envs * args.rollout
     iterations = max(1, args.steps // frames)
-    collector = Collector(env, policy, frames_per_batch=frames, total_frames=iterations * frames, split_trajs=False)
+    collector = Collector(env, policy, frames_per_batch=frames, total_frames=iterations * frames, split_trajs=False,
+                          return_same_td=True)  # each batch is used up before the next is collected
     gamma = args.gamma if args.gamma is not None else gamma_for(args.env)
     gae = GAE(gamma=gamma, lmbda=0.95, value_network=None, average_gae=False)  # values: value_estimates
     loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5,
                        normalize_advantage=True)
     params = list({id(p): p for p in loss.parameters()}.values())
-    optim = torch.optim.Adam(params, lr=args.lr, eps=1e-5)
+    optim = torch.optim.Adam(params, lr=args.lr, eps=1e-5, fused=True)
     curve, finished, done_steps = [], [], 0
     split = {"collect": 0.0, "gae": 0.0, "update": 0.0}
     start = mark = time.perf_counter()
@@ -167,12 +170,10 @@ def train(args) -> dict:
         mark = _lap(split, "gae", mark)
         for group in optim.param_groups:
             group["lr"] = args.lr * (1.0 - it / iterations)
-        unused = [("next", k) for k in data["next"].keys() if str(k).startswith("recurrent_state")]
-        windows = data.exclude(*unused).reshape(args.envs, args.rollout // args.window, args.window).flatten(0, 1)
         for _ in range(args.epochs):
-            for rows in torch.randperm(windows.shape[0]).chunk(args.minibatches):
+            for batch in minibatches(memory, data, args):
                 with set_recurrent_mode(True):
-                    out = loss(windows[rows])
+                    out = loss(batch)
                 total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
                 optim.zero_grad()
                 total.backward()
@@ -190,6 +191,17 @@ def train(args) -> dict:
             "seconds_by_phase": {k: round(v, 1) for k, v in split.items()},
             "cpu": cpu_model_name(), "threads": args.threads, "python": platform.python_version(),
             "torch": torch.__version__}
+
+
+def minibatches(memory, data, args):
+    """Shuffled windows of ``--window`` steps, ``--minibatches`` of them an epoch, each replayed from the state
+    stored at its first step: the module's own cut for ``txl`` (which keeps that step's memory only), the plain
+    one for TorchRL's modules (``LSTMModule`` reads the state wherever an episode starts inside a window)."""
+    if hasattr(memory, "minibatches"):
+        return memory.minibatches(data, args.window, args.minibatches)
+    unused = [("next", k) for k in data["next"].keys() if str(k).startswith("recurrent_state")]
+    windows = data.exclude(*unused).reshape(args.envs, args.rollout // args.window, args.window).flatten(0, 1)
+    return (windows[rows] for rows in torch.randperm(windows.shape[0]).chunk(args.minibatches))
 
 
 def _lap(split: dict, phase: str, mark: float) -> float:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -205,6 +205,30 @@ class TransformerXLModule(TensorDictModuleBase):
         """The agent's value head on the module's output: ``state_value [..., 1]``."""
         agent = self._require_agent("value_head")
         return TensorDictModule(agent.value, in_keys=[in_key], out_keys=[out_key])
+
+    def minibatches(self, data: TensorDictBase, window: int, count: int, *,
+                    generator: Optional[torch.Generator] = None) -> Iterator[TensorDictBase]:
+        """A collector's batch ``[B, T]`` as ``count`` minibatches of shuffled windows ``[W, window]``, for a loss
+        under ``set_recurrent_mode(True)``: the same tensordicts as ``data.reshape(B, T // window,
+        window).flatten(0, 1)[rows]`` for ``rows`` in ``torch.randperm(W).chunk(count)``, except that a window
+        keeps the memory (``recurrent_state_mems`` and ``_valid``) of its first step only, the one its replay starts
+        from, as a view repeated over its steps, and the ``("next", ...)`` state is left out. Indexing then copies
+        one memory per window instead of one per step (16 MB a minibatch of 32 windows of 16 steps at the
+        defaults). The replay is the same: the module reads no later step's memory."""
+        if data.ndim != 2 or window < 1 or data.shape[1] % window or count < 1:
+            raise ConfigError(f"minibatches: a batch [B, T] with T a multiple of the window and count >= 1; got "
+                              f"shape {tuple(data.shape)}, window {window}, count {count}")
+        first_only = [k for k in self.in_keys[1:3] if k in data.keys()]
+        unused = [("next", k) for k in self.in_keys[1:-1] if ("next", k) in data.keys(True)]
+        b, t = data.shape
+        windows = data.exclude(*first_only, *unused).reshape(b, t // window, window).flatten(0, 1)  # [W, window]
+        firsts = {k: data.get(k)[:, ::window].flatten(0, 1) for k in first_only}  # [W, ...] each window's start
+        for rows in torch.randperm(windows.shape[0], generator=generator).chunk(count):
+            batch = windows[rows]
+            for key, value in firsts.items():
+                value = value[rows]
+                batch.set(key, value.unsqueeze(1).expand(value.shape[0], window, *value.shape[1:]))
+            yield batch
 
     def _require_agent(self, what: str) -> MemoryAgent:
         if self._agent is None:

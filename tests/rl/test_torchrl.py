@@ -225,6 +225,54 @@ def test_one_pass_of_the_memory_serves_actor_and_critic_in_the_loss():
     assert max(float((g - h).abs().max()) for g, h in zip(shared, separate)) < 1e-6
 
 
+def test_minibatches_replay_each_window_from_its_first_memory_as_plain_indexing_does():
+    """``memory.minibatches`` gives, minibatch by minibatch, the loss of indexing the cut windows as TorchRL users
+    do (the same rows from the same generator), while each window holds one memory (its first step's, a view over
+    its steps); a window given its second step's memory replays differently (the check can fail)."""
+    memory = TransformerXLModule.from_agent(agent(seed=7))
+    env = cue_env()
+    actor = policy_for(memory, env)
+    critic = TensorDictSequential(memory, memory.value_head())
+    data = rollout(memory, steps=32)  # [3, 32]
+    GAE(gamma=0.9, lmbda=0.95, value_network=None)(value_estimates(critic, data))
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5)
+    mems, valid = "recurrent_state_mems", "recurrent_state_valid"
+    windows = data.exclude(*(("next", k) for k in memory.in_keys[1:4])).reshape(3, 4, 8).flatten(0, 1)  # [12, 8]
+    plain = torch.randperm(12, generator=torch.Generator().manual_seed(3)).chunk(3)
+    batches = list(memory.minibatches(data, 8, 3, generator=torch.Generator().manual_seed(3)))
+
+    def total(td):
+        """The loss of ``td`` and the memory's output replayed on it."""
+        memory._last = None
+        with torch.no_grad(), set_recurrent_mode(True):
+            out = loss(td)
+            memory._last = None
+            embed = memory(td.exclude("embed"))["embed"]
+        return out["loss_objective"] + out["loss_critic"] + out["loss_entropy"], embed
+
+    assert len(batches) == 3
+    for rows, batch in zip(plain, batches):
+        reference = windows[rows]
+        assert batch.shape == reference.shape == (4, 8) and "next" in batch.keys()
+        assert not any(k in batch["next"].keys() for k in memory.in_keys[1:4])
+        assert set(batch.keys(True, True)) == set(reference.keys(True, True))
+        for key in reference.keys(True, True):
+            if key not in (mems, valid):
+                assert torch.equal(batch[key], reference[key]), key
+        assert batch[mems].stride(1) == 0 and torch.equal(batch[mems][:, 0], reference[mems][:, 0])
+        assert torch.equal(batch[valid][:, 0], reference[valid][:, 0])
+        (want, want_embed), (got, got_embed) = total(reference), total(batch)
+        assert float((want - got).abs()) == 0.0 and torch.equal(want_embed, got_embed)
+    # the power of the check: the second step's memory in place of the first changes the replay
+    wrong, full = batches[0].clone(), windows[plain[0]]
+    for key in (mems, valid):
+        wrong.set(key, full[key][:, 1:2].expand_as(full[key]))
+    (right_loss, right), (wrong_loss, wrong) = total(batches[0]), total(wrong)
+    assert float((wrong - right).abs().max()) > 1e-5 and float((wrong_loss - right_loss).abs()) > 1e-7
+    with pytest.raises(ConfigError, match="multiple of the window"):
+        next(memory.minibatches(data, 5, 3))
+
+
 def test_a_module_from_its_fields_and_its_one_line_errors():
     memory = TransformerXLModule(input_size=3, d_model=32, n_layer=1, mem_len=4, in_key="observation", out_key="h")
     assert memory.in_keys == ["observation", "recurrent_state_mems", "recurrent_state_valid",
