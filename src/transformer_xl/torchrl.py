@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from .errors import ConfigError, MissingExtraError
 from .model.kv_cache import DecodingCache
 from .model.ring import RingStepper, supports, versions
-from .rl.agent import LOG_STD_RANGE, AgentConfig, MemoryAgent, TrXLCore
+from .rl.agent import AgentConfig, MemoryAgent, TrXLCore
 from .rl.envs import ObservationEncoder, check_action_space, gymnasium, register_env_family
 
 try:  # the torchrl extra
@@ -348,21 +348,16 @@ class TransformerXLModule(TensorDictModuleBase):
 
 class _PolicyParams(nn.Module):
     """The agent's policy head on the (normalised) memory output: logits, or ``(loc, scale)``; its parameters are
-    the agent's."""
+    the agent's (registered here too, so that a loss over the actor finds them)."""
 
     def __init__(self, agent: MemoryAgent):
         super().__init__()
-        self.policy, self.config = agent.policy, agent.config
-        self.log_std = getattr(agent, "log_std", None)
+        self.__dict__["agent"] = agent
+        self.policy, self.log_std = agent.policy, getattr(agent, "log_std", None)
 
     def forward(self, embed: Tensor):
-        params = self.policy(embed)
-        if not self.config.continuous:
-            return params
-        n = self.config.n_actions
-        log_std = self.log_std.expand_as(params[..., :n]) if self.config.log_std == "parameter" else \
-            params[..., n:].clamp(*LOG_STD_RANGE)
-        return params[..., :n], log_std.exp()
+        params, log_std = self.agent.policy_params(embed)
+        return params if log_std is None else (params, log_std.exp())
 
 
 class _ActionCode(nn.Module):

@@ -273,6 +273,30 @@ def test_minibatches_replay_each_window_from_its_first_memory_as_plain_indexing_
         next(memory.minibatches(data, 5, 3))
 
 
+@pytest.mark.parametrize("log_std", ["parameter", "head"])
+def test_the_policy_head_gives_the_agents_gaussian_for_box_actions(log_std):
+    """``policy_head()`` of a Box-action agent: ``loc`` and ``scale`` of the agent's own distribution (its mean and
+    the exponent of its log-std, a parameter or the head's, clamped), for the same memory output."""
+    from tensordict import TensorDict
+
+    torch.manual_seed(4)
+    box = MemoryAgent(AgentConfig(obs_dim=3, n_actions=2, action_box=[[-1.0, -2.0], [1.0, 2.0]],
+                                  log_std=log_std, env_id="box", **SMALL))
+    with torch.no_grad():
+        box.policy.bias.uniform_(-9, 9)  # log-stds of the head's beyond the clamp, too
+        if log_std == "parameter":
+            box.log_std.uniform_(-1, 1)
+    memory = TransformerXLModule.from_agent(box)
+    embed = torch.randn(5, 7, 32)
+    out = memory.policy_head()(TensorDict({"embed": embed}, [5, 7]))
+    params = box.policy(embed)
+    n = 2
+    want_log_std = box.log_std.expand(5, 7, n) if log_std == "parameter" else params[..., n:].clamp(-5.0, 2.0)
+    assert torch.equal(out["loc"], params[..., :n]) and torch.equal(out["scale"], want_log_std.exp())
+    assert sum(p.numel() for p in memory.policy_head().parameters()) == sum(
+        p.numel() for p in [box.policy.weight, box.policy.bias] + ([box.log_std] if log_std == "parameter" else []))
+
+
 def test_a_module_from_its_fields_and_its_one_line_errors():
     memory = TransformerXLModule(input_size=3, d_model=32, n_layer=1, mem_len=4, in_key="observation", out_key="h")
     assert memory.in_keys == ["observation", "recurrent_state_mems", "recurrent_state_valid",

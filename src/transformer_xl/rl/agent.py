@@ -368,13 +368,22 @@ class MemoryAgent(nn.Module):
         """The core's states ``[..., d]`` -> ``(params [..., n_params], value [...])``: the logits, or each
         dimension's mean and log-std (the value None when not asked for, as acting needs only the policy)."""
         hidden = self.norm(hidden)
-        params = self.policy(hidden)
-        if self.config.continuous:
-            n = self.config.n_actions
-            log_std = self.log_std.expand_as(params) if self.config.log_std == "parameter" else \
-                params[..., n:].clamp(*LOG_STD_RANGE)
-            params = torch.cat([params[..., :n], log_std], dim=-1)
+        params, log_std = self.policy_params(hidden)
+        if log_std is not None:
+            params = torch.cat([params, log_std], dim=-1)
         return params, (self.value(hidden).squeeze(-1) if value else None)
+
+    def policy_params(self, normed: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+        """The policy head on the normalised core states ``[..., d]``: ``(logits, None)``, or for Box actions
+        ``(mean, log_std)``, each ``[..., n_actions]`` (the log-std a parameter, or the head's, kept in
+        ``LOG_STD_RANGE``)."""
+        params = self.policy(normed)
+        if not self.config.continuous:
+            return params, None
+        n = self.config.n_actions
+        log_std = self.log_std.expand_as(params[..., :n]) if self.config.log_std == "parameter" else \
+            params[..., n:].clamp(*LOG_STD_RANGE)
+        return params[..., :n], log_std
 
     def replay(self, obs: Tensor, starts: Tensor, state: State, prev: Optional[Tensor] = None
                ) -> Tuple[Tensor, Tensor, State]:
