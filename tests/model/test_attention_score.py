@@ -66,7 +66,7 @@ def test_no_gather_of_position_vectors(monkeypatch):
     monkeypatch.setattr(torch, "matmul", spy)
     h, mems = torch.randn(2, 6, 16), torch.randn(2, 4, 16)
     fast_scores(model, 0, h, mems)
-    assert ((2, 2, 6, 8), (2, 8, 11)) in seen  # (q+v) [B,H,L,D] @ r_k^T [H,D,K+1]
+    assert ((2, 12, 8), (2, 8, 11)) in seen  # (q+v) [H,B*L,D] @ r_k^T [H,D,K+1]: one product per head
     assert all(len(a) <= 4 and len(b) <= 4 for a, b in seen)
 
 

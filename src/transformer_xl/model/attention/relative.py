@@ -68,13 +68,11 @@ def rel_attn_score(q: Tensor, k: Tensor, r_k: Tensor, r_w_bias: Tensor, r_r_bias
     """
     q_u = (q + r_w_bias[:, None]) * scale  # [B, H, L, D]
     q_v = (q + r_r_bias[:, None]) * scale  # [B, H, L, D]
-    if q.size(2) == 1:  # one query per row (decoding, an agent's step): the shift keeps distances K-1 .. 0
-        # one product per head over every row, rather than one per row against the same position keys
-        bsz, n_head = q_v.shape[:2]
-        pos = torch.matmul(q_v.transpose(0, 1).reshape(n_head, bsz, -1), r_k.transpose(-1, -2))  # [H, B, K+1]
-        bd = pos.transpose(0, 1).unsqueeze(2)[..., 1:]  # [B, H, 1, K]
-    else:
-        bd = rel_shift(torch.matmul(q_v, r_k.transpose(-1, -2)))  # [B, H, L, K], a view of [B, H, L, K+1]
+    # the position term as one product per head over every query of the batch, rather than one per row against
+    # the same position keys (which broadcasting would copy B times, and sum back over B in the backward pass)
+    bsz, n_head, qlen = q_v.shape[:3]
+    pos = torch.matmul(q_v.transpose(0, 1).reshape(n_head, bsz * qlen, -1), r_k.transpose(-1, -2))  # [H, B*L, K+1]
+    bd = rel_shift(pos.view(n_head, bsz, qlen, -1)).transpose(0, 1)  # [B, H, L, K], a view of [H, B, L, K+1]
     # add_ into the matmul's own result: no further [B, H, L, K] tensor, and (unlike baddbmm's 3-D output
     # seen through a view) later in-place masking needs no copy in the backward pass.
     return torch.matmul(q_u, k.transpose(-1, -2)).add_(bd)  # [B, H, L, K]
