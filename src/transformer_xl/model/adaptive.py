@@ -14,7 +14,7 @@ of tail cluster ``i`` (1-based) from head column ``-i``, i.e. from ``cluster_wei
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -190,10 +190,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         if hidden.dtype in (torch.bfloat16, torch.float16):
             rows = max(ROW_BLOCK, PRODUCT_LOGITS_16BIT // self.n_token // ROW_BLOCK * ROW_BLOCK)
         for lo in range(0, hidden.size(0), rows):
-            logits = self._logit(hidden[lo:lo + rows], 0)  # [rows, V]
-            for a in range(0, logits.size(0), ROW_BLOCK):
-                logp = F.log_softmax(logits[a:a + ROW_BLOCK].float(), dim=-1)  # [ROW_BLOCK, V]
-                out[lo + a:lo + a + ROW_BLOCK] = logp.gather(1, target[lo + a:lo + a + ROW_BLOCK, None]).squeeze(1)
+            _target_log_probs_in_blocks(self._logit(hidden[lo:lo + rows], 0), target[lo:lo + rows], out[lo:lo + rows])
         return out
 
     def log_probs(self, hidden: Tensor) -> Tensor:
@@ -203,6 +200,17 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         for i in range(1, self.n_clusters + 1):
             parts.append(head[:, self._head_column(i), None] + self._logprob(hidden, i))  # [N, V_i]
         return torch.cat(parts, dim=-1)  # [N, V]
+
+
+def _target_log_probs_in_blocks(logits: Tensor, target: Tensor, out: Tensor, lse: Optional[Tensor] = None) -> None:
+    """``out[n] = log_softmax(logits.float())[n, target[n]]`` for logits ``[N, V]``, ``ROW_BLOCK`` rows at a time (each
+    block's float32 copy and log-softmax stay in cache); with ``lse``, each row's log-sum-exp too."""
+    for lo in range(0, logits.size(0), ROW_BLOCK):
+        block = logits[lo:lo + ROW_BLOCK].float()  # [rows, V]
+        logp = F.log_softmax(block, dim=-1)
+        out[lo:lo + ROW_BLOCK] = logp.gather(1, target[lo:lo + ROW_BLOCK, None]).squeeze(1)
+        if lse is not None:
+            lse[lo:lo + ROW_BLOCK] = block[:, 0] - logp[:, 0]  # logsumexp = x - log_softmax(x), any column
 
 
 class _TargetLogSoftmax(torch.autograd.Function):
@@ -243,11 +251,7 @@ class _BlockedTargetLogSoftmax(torch.autograd.Function):
     def forward(ctx, logits: Tensor, target: Tensor) -> Tensor:
         out = torch.empty(target.shape, dtype=torch.float32, device=logits.device)  # [N]
         lse = torch.empty(target.shape, dtype=torch.float32, device=logits.device)  # [N]
-        for lo in range(0, logits.size(0), ROW_BLOCK):
-            block = logits[lo:lo + ROW_BLOCK].float()  # [rows, V]
-            logp = F.log_softmax(block, dim=-1)
-            out[lo:lo + ROW_BLOCK] = logp.gather(1, target[lo:lo + ROW_BLOCK, None]).squeeze(1)
-            lse[lo:lo + ROW_BLOCK] = block[:, 0] - logp[:, 0]  # logsumexp = x - log_softmax(x), any column
+        _target_log_probs_in_blocks(logits, target, out, lse)
         ctx.save_for_backward(logits, target, lse)
         return out
 
