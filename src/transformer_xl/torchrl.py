@@ -36,6 +36,9 @@ from every later step. One step per call by default (collection); under TorchRL'
 (its losses and value estimators set it) a tensordict ``[B, T]`` is run as ``B`` sequences of ``T`` steps in one
 pass, each from the state stored at its first step, with ``is_init`` inside a sequence honoured: the same numbers
 as stepping them one by one (tested to 1e-5). Recurrent mode writes the output key only.
+:meth:`~TransformerXLModule.minibatches` cuts a collector's batch into shuffled windows for a loss, each holding
+the memory of its first step only (the one its replay starts from), so that indexing them does not copy the memory
+of every step.
 """
 
 from __future__ import annotations
