@@ -217,7 +217,10 @@ class TransformerXLModule(TensorDictModuleBase):
         keeps the memory (``recurrent_state_mems`` and ``_valid``) of its first step only, the one its replay starts
         from, as a view repeated over its steps, and the ``("next", ...)`` state is left out. Indexing then copies
         one memory per window instead of one per step (16 MB a minibatch of 32 windows of 16 steps at the
-        defaults). The replay is the same: the module reads no later step's memory."""
+        defaults). The replay is the same: the module reads no later step's memory. A batch ``[T]`` of one
+        environment is taken as ``[1, T]``."""
+        if data.ndim == 1:
+            data = data.unsqueeze(0)
         if data.ndim != 2 or window < 1 or data.shape[1] % window or count < 1:
             raise ConfigError(f"minibatches: a batch [B, T] with T a multiple of the window and count >= 1; got "
                               f"shape {tuple(data.shape)}, window {window}, count {count}")

@@ -271,6 +271,11 @@ def test_minibatches_replay_each_window_from_its_first_memory_as_plain_indexing_
     assert float((wrong - right).abs().max()) > 1e-5 and float((wrong_loss - right_loss).abs()) > 1e-7
     with pytest.raises(ConfigError, match="multiple of the window"):
         next(memory.minibatches(data, 5, 3))
+    # one environment's batch [T] is taken as [1, T]
+    alone = list(memory.minibatches(data[1], 8, 2, generator=torch.Generator().manual_seed(1)))
+    as_row = list(memory.minibatches(data[1:2], 8, 2, generator=torch.Generator().manual_seed(1)))
+    assert [b.shape for b in alone] == [(2, 8), (2, 8)]
+    assert all(torch.equal(a[mems], b[mems]) and torch.equal(a["action"], b["action"]) for a, b in zip(alone, as_row))
 
 
 @pytest.mark.parametrize("log_std", ["parameter", "head"])
