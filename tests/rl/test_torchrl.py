@@ -264,10 +264,10 @@ def test_minibatches_replay_each_window_from_its_first_memory_as_plain_indexing_
         (want, want_embed), (got, got_embed) = total(reference), total(batch)
         assert float((want - got).abs()) == 0.0 and torch.equal(want_embed, got_embed)
     # the power of the check: the second step's memory in place of the first changes the replay
-    wrong, full = batches[0].clone(), windows[plain[0]]
+    second, full = batches[0].clone(), windows[plain[0]]
     for key in (mems, valid):
-        wrong.set(key, full[key][:, 1:2].expand_as(full[key]))
-    (right_loss, right), (wrong_loss, wrong) = total(batches[0]), total(wrong)
+        second.set(key, full[key][:, 1:2].expand_as(full[key]))
+    (right_loss, right), (wrong_loss, wrong) = total(batches[0]), total(second)
     assert float((wrong - right).abs().max()) > 1e-5 and float((wrong_loss - right_loss).abs()) > 1e-7
     with pytest.raises(ConfigError, match="multiple of the window"):
         next(memory.minibatches(data, 5, 3))
