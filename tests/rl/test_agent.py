@@ -25,7 +25,7 @@ from transformer_xl.cli import main
 from transformer_xl.model.kv_cache import DecodingCache
 from transformer_xl.model.ring import RingStepper
 from transformer_xl.rl import AgentConfig, MemoryAgent, PPOConfig, ppo
-from transformer_xl.rl.agent import carried
+from transformer_xl.rl.agent import CachedStepper, carried
 from transformer_xl.rl.envs import ObservationEncoder, check_action_space, make_envs
 from transformer_xl.rl.runner import RLSettings, train_agent
 
@@ -109,8 +109,7 @@ def test_stepping_through_the_cache_equals_stepping_from_the_state(core):
     starts[0] = True
     stepper, state = agent.stepper(n), agent.initial_state(n)
     if not ring:  # the decoding cache's path, as a core the ring does not cover takes it
-        stepper.core.fast = None
-        stepper.core.sync()
+        stepper.core = CachedStepper(agent.core, n, ring=False)
     with torch.no_grad():
         for t in range(steps):
             logits, value = stepper.step(obs[t], starts[t])

@@ -218,12 +218,15 @@ class CachedStepper(Stepper):
     memory again. A GTrXL-style core (:func:`~transformer_xl.model.ring.supports`) steps through a
     :class:`~transformer_xl.model.ring.RingStepper` (a ring of ``M + 1`` entries per layer, few operations a step); any
     other through a sliding :class:`DecodingCache`, with a ring of each layer's input of the last ``mem_len`` steps
-    beside it. Either gives :attr:`state`, the replay's form, when asked (at the first step of each window)."""
+    beside it. Either gives :attr:`state`, the replay's form, when asked (at the first step of each window).
+    ``ring=False`` takes the decoding cache's path for any core."""
 
-    def __init__(self, core: TrXLCore, n: int):
+    def __init__(self, core: TrXLCore, n: int, ring: bool = True):
         mems, mask = core.initial_state(n)
-        self.core, self.ring, self.hidden, self.slot = core, mems.clone(), mask.clone(), 0
-        self.fast = RingStepper(core.backbone, mems, mask) if supports(core.backbone) else None
+        self.core, self.slot = core, 0
+        self.fast = RingStepper(core.backbone, mems, mask) if ring and supports(core.backbone) else None
+        if self.fast is None:  # the decoding cache's path keeps each layer's inputs beside it
+            self.ring, self.hidden = mems.clone(), mask.clone()
         self.sync()
 
     def sync(self) -> None:
