@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -120,6 +121,13 @@ def markdown_table(headers: Sequence, rows: Iterable[Iterable] = ()) -> str:
     """A GitHub Markdown table: the ``headers``, ``|---|`` under each, then the ``rows`` (see :func:`table_row`).
     With no rows, the head alone, for rows printed one by one as they are measured."""
     return "\n".join([table_row(headers), "|" + "---|" * len(headers), *map(table_row, rows)])
+
+
+def mean_se(values: Sequence[float], digits: int = 2) -> str:
+    """``mean ± standard error`` over ``values`` (seeds); the value alone for one."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values) / len(values) ** 0.5:.{digits}f}"
 
 
 def first_reach(curve: List[dict], level: float) -> Optional[int]:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_description, first_reach, jsonl_rows, markdown_table, run_json
+from common import cpu_description, first_reach, jsonl_rows, markdown_table, mean_se, run_json
 
 EASY = ["popgym-RepeatPreviousEasy-v0", "popgym-RepeatFirstEasy-v0", "popgym-CountRecallEasy-v0",
         "popgym-AutoencodeEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0", "popgym-VelocityOnlyCartpoleEasy-v0",
@@ -256,11 +256,9 @@ def table(path: Path) -> str:
     return markdown_table(head, body)
 
 
-def mean_se(values: List[float]) -> str:
+def mean_se_n(values: List[float]) -> str:
     """``mean ± standard error (n)``; the mean alone for one run."""
-    if len(values) == 1:
-        return f"{values[0]:.2f} (1)"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) / len(values) ** 0.5:.2f} ({len(values)})"
+    return f"{mean_se(values)} ({len(values)})"
 
 
 def verdict(memory: List[float], none: List[float]) -> str:
@@ -290,7 +288,7 @@ def suite_table(path: Path, agents: List[str]) -> str:
     lines = ["| task | " + " | ".join(shown) + " | GTrXL against no memory |",
              "|---|" + "---|" * (len(shown) + 1)]
     for task in dict.fromkeys(t for t, _ in finals):
-        cells = [mean_se(finals[(task, a)]) if (task, a) in finals else "" for a in shown]
+        cells = [mean_se_n(finals[(task, a)]) if (task, a) in finals else "" for a in shown]
         lines.append(f"| {task.removeprefix('popgym-')} | " + " | ".join(cells) + " | "
                      + verdict(finals.get((task, "gtrxl"), []), finals.get((task, "none"), [])) + " |")
     return "\n".join(lines)

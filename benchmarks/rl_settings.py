@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from common import cpu_description, first_reach, jsonl_rows, markdown_table
+from common import cpu_description, first_reach, jsonl_rows, markdown_table, mean_se
 
 AT = (50_000, 100_000, 200_000)
 CHILD = ("import json, sys\nfrom transformer_xl.rl.runner import train\n"
@@ -80,11 +80,8 @@ def nearest(curve: List[dict], step: int) -> Optional[float]:
 
 
 def spread(values: List[Optional[float]]) -> str:
-    if any(v is None for v in values):
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) / len(values) ** 0.5:.2f}"
+    """:func:`common.mean_se`, or "—" where a run has no return at that step."""
+    return "—" if any(v is None for v in values) else mean_se(values)
 
 
 def table(paths: List[Path], levels: Dict[str, float]) -> str:
@@ -143,13 +140,14 @@ def main() -> None:
         return
     settings = named_settings(args.settings)
     jobs = list(itertools.product(args.tasks, settings, range(1, args.seeds + 1)))
-    print(f"{len(jobs)} runs, {args.parallel} at a time; {cpu_description()}", flush=True)
+    cpu = cpu_description()
+    print(f"{len(jobs)} runs, {args.parallel} at a time; {cpu}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="rl-settings-"))
 
     def job(task_setting_seed):
         task, name, seed = task_setting_seed
         result = run_one(task, name, settings[name], seed, args.stop, root)
-        result.update(task=task, setting=name, options=settings[name], seed=seed, cpu=cpu_description())
+        result.update(task=task, setting=name, options=settings[name], seed=seed, cpu=cpu)
         with open(args.out, "a") as fh:
             fh.write(json.dumps(result) + "\n")
         shown = result.get("error") or f"{result['seconds']:.0f} s"
