@@ -223,10 +223,10 @@ class CachedStepper(Stepper):
 
     def __init__(self, core: TrXLCore, n: int, ring: bool = True):
         mems, mask = core.initial_state(n)
-        self.core, self.slot = core, 0
+        self.core = core
         self.fast = RingStepper(core.backbone, mems, mask) if ring and supports(core.backbone) else None
         if self.fast is None:  # the decoding cache's path keeps each layer's inputs beside it
-            self.ring, self.hidden = mems.clone(), mask.clone()
+            self.ring, self.hidden, self.slot = mems.clone(), mask.clone(), 0
         self.sync()
 
     def sync(self) -> None:
