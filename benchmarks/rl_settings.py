@@ -134,7 +134,13 @@ def main() -> None:
                         "and benchmarks/rl_control.py's)")
     parser.add_argument("--levels", nargs="*", default=[], help="TASK=RETURN: report the first step reaching it")
     args = parser.parse_args()
-    levels = {task: float(level) for task, _, level in (item.partition("=") for item in args.levels)}
+    levels = {}
+    for item in args.levels:
+        task, _, level = item.partition("=")
+        try:
+            levels[task] = float(level)
+        except ValueError:
+            raise SystemExit(f"--levels: expected TASK=RETURN, got {item!r}") from None
     if args.table:
         print(table(args.table, levels))
         return
