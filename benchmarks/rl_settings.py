@@ -14,7 +14,7 @@ at a time. Every finished run is a line of ``--out``; the table is printed from 
         --levels popgym-PositionOnlyPendulumEasy-v0=0.747
 
 The table: mean ± standard error over the seeds of the mean return of the last 100 episodes at the iteration
-nearest each of 50k, 100k and 200k steps; the first step at which that return reached the task's ``--levels``
+nearest each of 50k, 100k and 200k steps (``--at`` other steps); the first step at which that return reached the task's ``--levels``
 (median, and per seed); the steps per second of each run (all its steps over its wall time, so a run that shared
 its core with another reads slower).
 """
@@ -33,7 +33,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from common import cpu_description, first_reach, jsonl_rows, markdown_table, mean_se
 
@@ -84,19 +84,19 @@ def spread(values: List[Optional[float]]) -> str:
     return "—" if any(v is None for v in values) else mean_se(values)
 
 
-def table(paths: List[Path], levels: Dict[str, float]) -> str:
+def table(paths: List[Path], levels: Dict[str, float], at: Sequence[int] = AT) -> str:
     """The table of the runs in ``paths`` (this script's lines, and ``benchmarks/rl_control.py``'s, whose agent
-    stands for the setting: its ``RecurrentPPO`` rows beside these)."""
+    stands for the setting: its ``RecurrentPPO`` rows beside these), with the returns at the steps ``at``."""
     rows: Dict[tuple, List[dict]] = {}
     for r in itertools.chain.from_iterable(jsonl_rows(p) for p in paths):
         if "error" not in r:
             rows.setdefault((r["task"], r.get("setting") or r["agent"]), []).append(r)
-    head = ["task", "setting", "seeds", *(f"return at {s // 1000}k" for s in AT),
+    head = ["task", "setting", "seeds", *(f"return at {s // 1000}k" for s in at),
             "steps to the level (median; per seed)", "steps/s"]
     body = []
     for (task, setting), runs in rows.items():
         runs.sort(key=lambda r: r["seed"])
-        returns = [spread([nearest(r["curve"], s) for r in runs]) for s in AT]
+        returns = [spread([nearest(r["curve"], s) for r in runs]) for s in at]
         reach = "—"
         if task in levels:
             hits = [first_reach(r["curve"], levels[task]) for r in runs]
@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--table", type=Path, nargs="+", help="only print the table of these files (this script's "
                         "and benchmarks/rl_control.py's)")
     parser.add_argument("--levels", nargs="*", default=[], help="TASK=RETURN: report the first step reaching it")
+    parser.add_argument("--at", type=int, nargs="+", default=list(AT), help="the steps to give the return at "
+                        "(default 50000 100000 200000)")
     args = parser.parse_args()
     levels = {}
     for item in args.levels:
@@ -142,7 +144,7 @@ def main() -> None:
         except ValueError:
             raise SystemExit(f"--levels: expected TASK=RETURN, got {item!r}") from None
     if args.table:
-        print(table(args.table, levels))
+        print(table(args.table, levels, args.at))
         return
     settings = named_settings(args.settings)
     jobs = list(itertools.product(args.tasks, settings, range(1, args.seeds + 1)))
@@ -161,7 +163,7 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.parallel) as pool:
         list(pool.map(job, jobs))
-    print(table([args.out], levels))
+    print(table([args.out], levels, args.at))
 
 
 if __name__ == "__main__":
