@@ -14,9 +14,9 @@ at a time. Every finished run is a line of ``--out``; the table is printed from 
         --levels popgym-PositionOnlyPendulumEasy-v0=0.747
 
 The table: mean ± standard error over the seeds of the mean return of the last 100 episodes at the iteration
-nearest each of 50k, 100k and 200k steps (``--at`` other steps); the first step at which that return reached the task's ``--levels``
-(median, and per seed); the steps per second of each run (all its steps over its wall time, so a run that shared
-its core with another reads slower).
+nearest each of 50k, 100k and 200k steps (``--at`` other steps); the first step at which that return reached
+the task's ``--levels`` (median, and per seed); the steps per second of each run (all its steps over its wall
+time, so a run that shared its core with another reads slower).
 """
 
 from __future__ import annotations
