@@ -18,10 +18,10 @@ Each run is one process with one torch thread, ``--parallel`` at a time, every a
 (``--steps``, 1M by default; 0: what ``txl rl`` would run, its preset's steps where one sets them). Every finished
 run is a line of ``--out`` (JSON, with the CPU it ran on), so a long suite can be stopped and started again, or
 split between machines; the tables are printed from that file: per task, each agent's mean return of the last 100
-episodes (mean ± standard error over the seeds) and whether GTrXL is above, level with or below the memoryless agent;
-then per agent the steps at which a run first reached 90% of the best final return any agent reached on the task
-(median over the runs that did, and how many), the largest fall after 0.9, the wall time of a run and the
-environment steps per second while learning, with the CPU named::
+episodes (mean ± standard error over the seeds) and whether GTrXL is above, level with or below the memoryless agent
+and the GRU; then per agent the steps at which a run first reached 90% of the best final return any agent reached
+on the task (median over the runs that did, and how many), the largest fall after 0.9, the wall time of a run and
+the environment steps per second while learning, with the CPU named::
 
     python benchmarks/rl_popgym.py --seeds 3 --out popgym.jsonl
     python benchmarks/rl_popgym.py --tasks popgym-RepeatPreviousEasy-v0 --agents gtrxl recurrentppo --seeds 1
@@ -262,9 +262,9 @@ def mean_se_n(values: List[float]) -> str:
 
 
 def verdict(memory: List[float], none: List[float]) -> str:
-    """GTrXL against the memoryless agent: above, level (the means within one standard error of their
-    difference; with one seed on either side, which has no spread, within 0.05, 2.5% of POPGym's range) or
-    below."""
+    """GTrXL against another agent (the memoryless one, the GRU): above, level (the means within one standard
+    error of their difference; with one seed on either side, which has no spread, within 0.05, 2.5% of POPGym's
+    range) or below."""
     if not memory or not none:
         return ""
     diff = statistics.mean(memory) - statistics.mean(none)
@@ -279,18 +279,20 @@ def verdict(memory: List[float], none: List[float]) -> str:
 
 def suite_table(path: Path, agents: List[str]) -> str:
     """One row per task: each agent's final return (mean ± standard error over the seeds, and how many), and GTrXL
-    against the memoryless agent."""
+    against the memoryless agent and against the GRU (:func:`verdict`), where they ran."""
     finals: Dict[tuple, List[float]] = {}
     for r in jsonl_rows(path):
         if "error" not in r and r.get("mean_return") is not None:
             finals.setdefault((r["task"], r["agent"]), []).append(r["mean_return"])
     shown = [a for a in agents if any(k[1] == a for k in finals)]
-    lines = ["| task | " + " | ".join(shown) + " | GTrXL against no memory |",
-             "|---|" + "---|" * (len(shown) + 1)]
+    others = {"none": "no memory", "gru": "the GRU"}
+    against = [a for a in others if a in shown and "gtrxl" in shown]
+    lines = ["| task | " + " | ".join([*shown, *(f"GTrXL against {others[a]}" for a in against)]) + " |",
+             "|---|" + "---|" * (len(shown) + len(against))]
     for task in dict.fromkeys(t for t, _ in finals):
         cells = [mean_se_n(finals[(task, a)]) if (task, a) in finals else "" for a in shown]
-        lines.append(f"| {task.removeprefix('popgym-')} | " + " | ".join(cells) + " | "
-                     + verdict(finals.get((task, "gtrxl"), []), finals.get((task, "none"), [])) + " |")
+        cells += [verdict(finals.get((task, "gtrxl"), []), finals.get((task, a), [])) for a in against]
+        lines.append(f"| {task.removeprefix('popgym-')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

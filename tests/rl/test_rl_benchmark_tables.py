@@ -1,12 +1,14 @@
-"""benchmarks/rl_settings.py's table, as its users print it: the return at the steps asked for (``--at``), the
-mean ± standard error over seeds, "—" past a run's end, and the first step at a level."""
+"""The RL benchmarks' tables, printed from their files as their users print them: benchmarks/rl_settings.py's
+return at the steps asked for (``--at``, mean ± standard error over seeds, "—" past a run's end) and first step at
+a level; benchmarks/rl_popgym.py's suite table, GTrXL against no memory and against the GRU."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rl_settings.py"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPT = BENCHMARKS / "rl_settings.py"
 
 
 def curve(step_returns):
@@ -64,3 +66,26 @@ def test_default_steps_and_bad_levels(tmp_path):
     bad = table(runs, "--levels", "T=high")
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines() == ["--levels: expected TASK=RETURN, got 'T=high'"]
+
+
+def test_suite_table_against_no_memory_and_the_gru(tmp_path):
+    finals = {("popgym-A-v0", "gtrxl"): [0.5, 0.6, 0.7], ("popgym-A-v0", "gru"): [0.2, 0.3, 0.4],
+              ("popgym-A-v0", "none"): [0.6, 0.65, 0.7], ("popgym-B-v0", "gtrxl"): [0.1, 0.12],
+              ("popgym-B-v0", "gru"): [0.3, 0.34], ("popgym-B-v0", "none"): [0.1, 0.2]}
+    runs = tmp_path / "suite.jsonl"
+    with open(runs, "w") as fh:
+        for (task, agent), values in finals.items():
+            for seed, value in enumerate(values, 1):
+                fh.write(json.dumps({"task": task, "agent": agent, "seed": seed, "mean_return": value,
+                                     "steps": 8192, "seconds": 4.0, "wall": 5.0,
+                                     "curve": curve([(4096, value / 2), (8192, value)])}) + "\n")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "rl_popgym.py"), "--table", str(runs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "| task | gtrxl | gru | none | GTrXL against no memory | GTrXL against the GRU |"
+    rows = {line.split(" | ")[0].strip("| "): line.strip("|").split(" | ") for line in lines[2:4]}
+    # A: 0.60 against none's 0.65 (difference 0.05 within its standard error 0.065): level; against the GRU's
+    # 0.30 (standard error 0.08): above. B: 0.11 against 0.15 (se 0.05): level; against 0.32 (se 0.02): below
+    assert rows["A-v0"][1:] == ["0.60 ± 0.06 (3)", "0.30 ± 0.06 (3)", "0.65 ± 0.03 (3)", "level", "above "]
+    assert rows["B-v0"][1:] == ["0.11 ± 0.01 (2)", "0.32 ± 0.02 (2)", "0.15 ± 0.05 (2)", "level", "**below** "]
