@@ -27,6 +27,7 @@ the environment steps per second while learning, with the CPU named::
     python benchmarks/rl_popgym.py --tasks popgym-RepeatPreviousEasy-v0 --agents gtrxl recurrentppo --seeds 1
     python benchmarks/rl_popgym.py --table popgym.jsonl          # the table of runs done so far
     python benchmarks/rl_popgym.py --table popgym.jsonl --curves curves.png --agents gtrxl   # and the curves
+    python benchmarks/rl_popgym.py --table popgym.jsonl --agents gtrxl gru     # two of the agents
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import cpu_description, first_reach, jsonl_rows, markdown_table, mean_se, run_json
@@ -218,10 +219,13 @@ def fall_after(curve: List[dict], level: float = 0.9) -> Optional[float]:
     return None if best is None else fall
 
 
-def table(path: Path) -> str:
+def table(path: Path, agents: Sequence[str] = AGENTS) -> str:
+    """One row per task and agent (of ``agents``): the return, the steps to 90% of the best of the agents shown,
+    the largest fall after 0.9, the wall time and the steps per second."""
     rows: Dict[tuple, List[dict]] = {}
     for r in jsonl_rows(path):
-        rows.setdefault((r["task"], r["agent"]), []).append(r)
+        if r["agent"] in agents:
+            rows.setdefault((r["task"], r["agent"]), []).append(r)
     best = {}
     for (task, _), runs in rows.items():
         finals = [r["mean_return"] for r in runs if r.get("mean_return") is not None]
@@ -282,7 +286,7 @@ def suite_table(path: Path, agents: List[str]) -> str:
     against the memoryless agent and against the GRU (:func:`verdict`), where they ran."""
     finals: Dict[tuple, List[float]] = {}
     for r in jsonl_rows(path):
-        if "error" not in r and r.get("mean_return") is not None:
+        if "error" not in r and r.get("mean_return") is not None and r["agent"] in agents:
             finals.setdefault((r["task"], r["agent"]), []).append(r["mean_return"])
     shown = [a for a in agents if any(k[1] == a for k in finals)]
     others = {"none": "no memory", "gru": "the GRU"}
@@ -331,7 +335,8 @@ def plot_curves(path: Path, out: Path, agents: List[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="*", default=TASKS)
-    parser.add_argument("--agents", nargs="*", default=list(TXL_AGENTS), choices=AGENTS)
+    parser.add_argument("--agents", nargs="*", choices=AGENTS, help="the agents to run (default: txl rl's "
+                        f"{', '.join(TXL_AGENTS)}); with --table, the agents shown (default: all in the file)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1_000_000,
                         help="environment steps per run (default: 1M; 0: txl rl's own)")
@@ -343,12 +348,14 @@ def main() -> None:
     parser.add_argument("--curves", type=Path, help="with --table: also plot its runs' learning curves (PNG)")
     args = parser.parse_args()
     if args.table:
-        print(suite_table(args.table, AGENTS))
+        shown = args.agents or AGENTS
+        print(suite_table(args.table, shown))
         print()
-        print(table(args.table))
+        print(table(args.table, shown))
         if args.curves:
-            plot_curves(args.table, args.curves, args.agents)
+            plot_curves(args.table, args.curves, shown)
         return
+    args.agents = args.agents or list(TXL_AGENTS)
     import torch
 
     torch.set_num_threads(1)  # as in the runs, so that the line names them

@@ -89,3 +89,8 @@ def test_suite_table_against_no_memory_and_the_gru(tmp_path):
     # 0.30 (standard error 0.08): above. B: 0.11 against 0.15 (se 0.05): level; against 0.32 (se 0.02): below
     assert rows["A-v0"][1:] == ["0.60 ± 0.06 (3)", "0.30 ± 0.06 (3)", "0.65 ± 0.03 (3)", "level", "above "]
     assert rows["B-v0"][1:] == ["0.11 ± 0.01 (2)", "0.32 ± 0.02 (2)", "0.15 ± 0.05 (2)", "level", "**below** "]
+    two = subprocess.run([sys.executable, str(BENCHMARKS / "rl_popgym.py"), "--table", str(runs), "--agents", "gtrxl",
+                          "gru"], capture_output=True, text=True, timeout=120)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.splitlines()[0] == "| task | gtrxl | gru | GTrXL against the GRU |"
+    assert "| none |" not in two.stdout
