@@ -3,6 +3,7 @@ one collective that evaluation and training share."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import List, Sequence
 
@@ -95,6 +96,13 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo"):
     except OSError:
         return None
     return set()
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX's bf16 tile products (``amx_bf16`` in /proc/cpuinfo; False where the file is not
+    there), read once: PyTorch's fused CPU attention beats the masked softmax on 16-bit segments only there."""
+    return "amx_bf16" in (cpu_flags() or ())
 
 
 def all_reduce_sum(values: Sequence[float], device) -> List[float]:

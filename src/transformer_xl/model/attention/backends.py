@@ -12,8 +12,9 @@ Back-ends compute the same thing and differ in how:
 ==========  ======================================================================================
 name        how
 ==========  ======================================================================================
-plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device); a CPU segment of
-            16-bit weights without gradients goes through one fused ``scaled_dot_product_attention``
+plain       the reference: :func:`~.relative.rel_attn_score` and a masked softmax (any device); a segment of
+            16-bit weights without gradients on a CPU with AMX goes through one fused
+            ``scaled_dot_product_attention``
 streamed    keys ``chunk`` at a time with an online softmax and a recomputing backward, so neither the
             ``[B, H, L, K]`` scores nor the projected memory are held whole (:mod:`.streamed`)
 triton      a fused CUDA kernel (:mod:`.triton_kernel`); where it cannot run, streamed or plain
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...devices import cpu_has_amx
 from ..ops import triton_kernel
 from ..ops.streamed import streamed_rel_attention
 from .relative import rel_attn_score, rel_shift
@@ -196,11 +198,15 @@ def plain_attention(call: AttentionCall) -> Tensor:
 
 
 def fused_inference_applies(call: AttentionCall, k: Tensor, v: Tensor) -> bool:
-    """On CPU: 16-bit queries of more than one position, no gradient wanted, no attention dropout, no autocast.
+    """On a CPU with AMX: 16-bit queries of more than one position, no gradient wanted, no attention dropout, no
+    autocast.
 
     Measured side by side on an Intel Xeon with AMX (bf16, a segment of 128 with memory 128, batch 8): 2.0 ms a
-    layer against 2.9 for the masked softmax. In float32, and for one query at a time (decoding), it was no faster,
-    so those keep the plain path; GPUs have the ``triton`` back-end."""
+    layer against 2.9 for the masked softmax, and ahead on every shape measured there. On an AMD EPYC (Zen 4) with
+    ``avx512_bf16`` and no AMX it was behind on segments of 64 to 192 (0.63-0.89x the masked softmax's speed), and
+    whole bf16 evaluations of the base-like and PTB models took 6-12% longer with it (level at segments of 256),
+    so CPUs without AMX keep the masked softmax. In float32, and for one query at a time (decoding), it was no
+    faster, so those keep the plain path; GPUs have the ``triton`` back-end."""
     q = call.q
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or q.size(2) < 2:
         return False
@@ -208,7 +214,9 @@ def fused_inference_applies(call: AttentionCall, k: Tensor, v: Tensor) -> bool:
         return False
     if torch.is_autocast_enabled(q.device.type):
         return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, call.r_k, call.u, call.v_bias)))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, call.r_k, call.u, call.v_bias)):
+        return False
+    return cpu_has_amx()
 
 
 def fused_inference_attention(call: AttentionCall, k: Tensor, v: Tensor) -> Tensor:
