@@ -206,8 +206,8 @@ def test_fused_inference_path_is_taken_for_16_bit_segments_without_gradients_onl
 
 
 def test_without_amx_a_16_bit_segment_keeps_the_masked_softmax(monkeypatch):
-    """On a CPU without AMX (an AMD EPYC with avx512_bf16: 6-12% slower whole evaluations with the fused path), the
-    same call takes the masked softmax, and gives its result exactly."""
+    """On a CPU without AMX (an AMD EPYC with avx512_bf16, where bf16 evaluations were slower with the fused path),
+    the same call takes the masked softmax, and gives its result exactly."""
     call = _bf16_call(3, 5, 0, False)
     monkeypatch.setattr(backends, "cpu_has_amx", lambda: False)
     with torch.no_grad():

@@ -204,9 +204,10 @@ def fused_inference_applies(call: AttentionCall, k: Tensor, v: Tensor) -> bool:
     Measured side by side on an Intel Xeon with AMX (bf16, a segment of 128 with memory 128, batch 8): 2.0 ms a
     layer against 2.9 for the masked softmax, and ahead on every shape measured there. On an AMD EPYC (Zen 4) with
     ``avx512_bf16`` and no AMX it was behind on every shape of ``benchmarks/fused_attention.py`` (0.68-0.87x the
-    masked softmax's speed), and whole bf16 evaluations of the base-like and PTB models took 6-12% longer with it
-    (level at segments of 256), so CPUs without AMX keep the masked softmax. In float32, and for one query at a
-    time (decoding), it was no faster, so those keep the plain path; GPUs have the ``triton`` back-end."""
+    masked softmax's speed), and whole bf16 evaluations of the base-like and PTB models ran 2-14% faster without it
+    (``benchmarks/vs_original.py --modes eval-bf16``), so CPUs without AMX keep the masked softmax. In float32, and
+    for one query at a time (decoding), it was no faster, so those keep the plain path; GPUs have the ``triton``
+    back-end."""
     q = call.q
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or q.size(2) < 2:
         return False
