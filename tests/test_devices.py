@@ -33,6 +33,24 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, monkeypatch, text, nat
     assert devices._cpu_has_bf16() is native
 
 
+@pytest.mark.parametrize("text, amx", [(AVX2_ONLY, False), (ZEN4, False), (SAPPHIRE, True), (SKYLAKE, False),
+                                       (GRAVITON3, False), ("processor\t: 0\n\n", False), (None, False)],
+                         ids=["avx2-only", "zen4", "sapphire-rapids", "skylake", "graviton3", "no-flags", "no-file"])
+def test_amx_is_read_from_the_cpu_flags(tmp_path, monkeypatch, text, amx):
+    """The fused 16-bit attention's CPU rule: AMX (Sapphire Rapids) only; not Zen 4's avx512_bf16, and not a
+    machine whose flags cannot be read."""
+    info = tmp_path / "cpuinfo"
+    if text is not None:
+        info.write_text(text)
+    read = devices.cpu_flags
+    monkeypatch.setattr(devices, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": read(str(info)))
+    devices.cpu_has_amx.cache_clear()
+    try:
+        assert devices.cpu_has_amx() is amx
+    finally:
+        devices.cpu_has_amx.cache_clear()
+
+
 def test_without_native_bf16_training_falls_back_to_fp32_with_one_line(monkeypatch, caplog):
     monkeypatch.setattr(devices, "_cpu_has_bf16", lambda: False)
     with caplog.at_level(logging.WARNING, logger="transformer_xl.devices"):

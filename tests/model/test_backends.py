@@ -218,16 +218,3 @@ def test_without_amx_a_16_bit_segment_keeps_the_masked_softmax(monkeypatch):
         monkeypatch.setattr(backends, "cpu_has_amx", lambda: True)
         assert not torch.equal(plain_attention(call), got)  # the fused path rounds differently: it was not taken
 
-
-@pytest.mark.parametrize("flags,expected", [({"avx2", "avx512f", "avx512_bf16"}, False),
-                                            ({"avx512_bf16", "amx_bf16", "amx_tile"}, True),
-                                            (None, False), (set(), False)])
-def test_amx_is_read_from_the_cpu_flags(monkeypatch, flags, expected):
-    from transformer_xl import devices
-
-    monkeypatch.setattr(devices, "cpu_flags", lambda: flags)
-    devices.cpu_has_amx.cache_clear()
-    try:
-        assert devices.cpu_has_amx() is expected
-    finally:
-        devices.cpu_has_amx.cache_clear()
