@@ -126,7 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="*", default=["popgym-PositionOnlyPendulumEasy-v0"])
     parser.add_argument("--settings", nargs="*", default=["preset={}"], help="NAME=JSON, each a setting")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N (from --first-seed)")
+    parser.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1): --first-seed 2 "
+                        "--seeds 3 runs seeds 2 and 3")
     parser.add_argument("--stop", type=int, default=250_000, help="interrupt each run once past this many steps")
     parser.add_argument("--parallel", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--out", type=Path, default=Path("settings.jsonl"))
@@ -147,7 +149,7 @@ def main() -> None:
         print(table(args.table, levels, args.at))
         return
     settings = named_settings(args.settings)
-    jobs = list(itertools.product(args.tasks, settings, range(1, args.seeds + 1)))
+    jobs = list(itertools.product(args.tasks, settings, range(args.first_seed, args.seeds + 1)))
     cpu = cpu_description()
     print(f"{len(jobs)} runs, {args.parallel} at a time; {cpu}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="rl-settings-"))
