@@ -12,6 +12,7 @@ machine counts less than in wall time). The floating-point operations are counte
     python benchmarks/rl_profile.py --env popgym-PositionOnlyPendulumEasy-v0 --iterations 5
     python benchmarks/rl_profile.py --window 32      # a lever: a longer window over the same memory
     python benchmarks/rl_profile.py --compile        # torch.compile of the core (the update's replay)
+    python benchmarks/rl_profile.py --cores trxl trxl:none gru   # GTrXL, Transformer-XL without the gates, GRU
 """
 
 from __future__ import annotations
@@ -46,13 +47,16 @@ def flops_per_sample(agent: MemoryAgent, batch: ppo.Batch, window: int, envs: in
     return update.get_total_flops() / (envs * window) / 1e6, step.get_total_flops() / envs / 1e6
 
 
-def profile(core: str, args) -> dict:
+def profile(spec: str, args) -> dict:
+    """One row: ``spec`` is a core, or ``trxl:GATING`` (``trxl:none``: Transformer-XL's residuals, no gates)."""
+    core, _, gating = spec.partition(":")
     cfg = ppo.PPOConfig()
     envs, first = make_envs(args.env, cfg.envs, args.seed)
     try:
         encoder = ObservationEncoder(envs.single_observation_space, args.env)
         config = AgentConfig(obs_dim=encoder.dim, **check_action_space(envs.single_action_space, args.env),
-                             env_id=args.env, core=core, observation=encoder.to_json(), window=args.window)
+                             env_id=args.env, core=core, observation=encoder.to_json(), window=args.window,
+                             gating=gating or AgentConfig.gating)
         torch.manual_seed(args.seed)
         agent = MemoryAgent(config)
         if args.compile:  # the replay's forward and backward (collection steps the ring, not this)
@@ -76,14 +80,15 @@ def profile(core: str, args) -> dict:
     finally:
         envs.close()
     c, u = statistics.median(collect), statistics.median(update)
-    return {"core": core, "collect": c, "update": u, "steps_per_s": cfg.envs * cfg.rollout / (c + u),
+    return {"core": spec, "collect": c, "update": u, "steps_per_s": cfg.envs * cfg.rollout / (c + u),
             "update_mflop": update_flops, "step_mflop": step_flops}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="popgym-RepeatPreviousEasy-v0")
-    parser.add_argument("--cores", nargs="+", default=["trxl", "gru"])
+    parser.add_argument("--cores", nargs="+", default=["trxl", "gru"], help="trxl, gru, or trxl:GATING "
+                        "(trxl:none: no gates); the last is the yardstick")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=AgentConfig.window, help="steps per replayed window")
