@@ -256,6 +256,18 @@ def test_a_family_preset_is_printed_written_and_overridden_by_a_flag(tmp_path):
     assert done.returncode == 0 and (written["gamma"], written["dual_clip"], written["kl_coef"]) == (0.97, 2.0, 0.5)
 
 
+def test_a_preset_sets_the_agent_too_and_a_flag_overrides_it(tmp_path):
+    from transformer_xl.rl.runner import resolve_settings
+
+    settings, sources = resolve_settings("popgym-MultiarmedBanditEasy-v0", {}, run_dir=str(tmp_path))
+    assert sources[1].startswith("preset popgym-bandit") and "agent.gating=none" in sources[1]
+    assert (settings.agent["gating"], settings.ppo.gamma, settings.ppo.lr) == ("none", 0.9, 5e-4)
+    settings, _ = resolve_settings("popgym-MultiarmedBanditHard-v0", {"agent": {"gating": "gru"}},
+                                   run_dir=str(tmp_path))
+    assert (settings.agent["gating"], settings.ppo.gamma) == ("gru", 0.9)
+    assert resolve_settings("popgym-BattleshipEasy-v0", {}, run_dir=str(tmp_path))[0].agent["gating"] == "gru"
+
+
 def test_the_python_entry_takes_a_factory_and_returns_the_agent(tmp_path, monkeypatch):
     import gymnasium as gym
 

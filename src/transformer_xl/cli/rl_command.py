@@ -20,10 +20,10 @@ from .options import at_least, checks, positive
 
 DEFAULTS = RLSettings(env_id="")
 PPO_DEFAULTS = PPOConfig()
-GAMMA_HELP = ("discount (default: %(default)s; POPGym's recall tasks use 0.9 by their preset). Choose it by the "
-              "horizon your rewards need: 1/(1-gamma) steps. Where each action is scored at once, 0.5-0.9 keeps "
-              "later rewards' noise out of its credit; where a reward comes many steps after the action that "
-              "earned it (balancing, navigation), 0.99")
+GAMMA_HELP = ("discount (default: %(default)s; POPGym's recall and bandit tasks use 0.9 by their presets). "
+              "Choose it by the horizon your rewards need: 1/(1-gamma) steps. Where each action is scored at "
+              "once, 0.5-0.9 keeps later rewards' noise out of its credit; where a reward comes many steps after "
+              "the action that earned it (balancing, navigation), 0.99")
 
 
 def add(sub) -> None:
