@@ -262,10 +262,12 @@ def test_a_preset_sets_the_agent_too_and_a_flag_overrides_it(tmp_path):
     settings, sources = resolve_settings("popgym-MultiarmedBanditEasy-v0", {}, run_dir=str(tmp_path))
     assert sources[1].startswith("preset popgym-bandit") and "agent.gating=none" in sources[1]
     assert (settings.agent["gating"], settings.ppo.gamma, settings.ppo.lr) == ("none", 0.9, 5e-4)
-    settings, _ = resolve_settings("popgym-MultiarmedBanditHard-v0", {"agent": {"gating": "gru"}},
+    settings, _ = resolve_settings("popgym-MultiarmedBanditEasy-v0", {"agent": {"gating": "gru"}},
                                    run_dir=str(tmp_path))
     assert (settings.agent["gating"], settings.ppo.gamma) == ("gru", 0.9)
-    assert resolve_settings("popgym-BattleshipEasy-v0", {}, run_dir=str(tmp_path))[0].agent["gating"] == "gru"
+    for other in ("popgym-MultiarmedBanditMedium-v0", "popgym-BattleshipEasy-v0"):  # measured worse / not measured
+        settings = resolve_settings(other, {}, run_dir=str(tmp_path))[0]
+        assert (settings.agent["gating"], settings.ppo.gamma) == ("gru", 0.99)
 
 
 def test_the_python_entry_takes_a_factory_and_returns_the_agent(tmp_path, monkeypatch):
