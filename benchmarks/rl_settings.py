@@ -148,6 +148,8 @@ def main() -> None:
     if args.table:
         print(table(args.table, levels, args.at))
         return
+    if not 1 <= args.first_seed <= args.seeds:
+        raise SystemExit(f"--first-seed {args.first_seed}: must be from 1 to --seeds ({args.seeds})")
     settings = named_settings(args.settings)
     jobs = list(itertools.product(args.tasks, settings, range(args.first_seed, args.seeds + 1)))
     cpu = cpu_description()
