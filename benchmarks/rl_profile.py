@@ -13,11 +13,16 @@ machine counts less than in wall time). The floating-point operations are counte
     python benchmarks/rl_profile.py --window 32      # a lever: a longer window over the same memory
     python benchmarks/rl_profile.py --compile        # torch.compile of the core (the update's replay)
     python benchmarks/rl_profile.py --cores trxl trxl:none gru   # GTrXL, Transformer-XL without the gates, GRU
+    python benchmarks/rl_profile.py --cores trxl trxl:n_layer=1 trxl:n_layer=1,gating=none gru
+
+A core is ``trxl``, ``gru``, ``trxl:GATING`` or ``CORE:FIELD=VALUE,...`` with fields of
+:class:`~transformer_xl.rl.AgentConfig` (``n_layer``, ``d_model``, ``mem_len``, ``gating``, ...).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -47,16 +52,39 @@ def flops_per_sample(agent: MemoryAgent, batch: ppo.Batch, window: int, envs: in
     return update.get_total_flops() / (envs * window) / 1e6, step.get_total_flops() / envs / 1e6
 
 
+def agent_fields(spec: str) -> tuple:
+    """``CORE``, ``CORE:GATING`` or ``CORE:FIELD=VALUE,...`` -> ``(core, {field: value})``, each value typed as the
+    field's default; an unknown field or a bad value is a ``SystemExit`` with one line."""
+    core, _, rest = spec.partition(":")
+    if rest and "=" not in rest:
+        return core, {"gating": rest}
+    defaults = {f.name: f.default for f in dataclasses.fields(AgentConfig)}
+    fields = {}
+    for item in filter(None, rest.split(",")):
+        name, _, value = item.partition("=")
+        if name not in defaults or name in ("core", "window"):
+            raise SystemExit(f"rl_profile.py: {spec}: no agent field {name!r} (fields: n_layer, d_model, n_head, "
+                             f"d_inner, mem_len, gating, ...)")
+        kind = type(defaults[name])
+        try:
+            fields[name] = kind(value) if kind in (int, float) else value
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise SystemExit(f"rl_profile.py: {spec}: {name} takes {what}, got {value!r}") from None
+    return core, fields
+
+
 def profile(spec: str, args) -> dict:
-    """One row: ``spec`` is a core, or ``trxl:GATING`` (``trxl:none``: Transformer-XL's residuals, no gates)."""
-    core, _, gating = spec.partition(":")
+    """One row: ``spec`` is a core, ``trxl:GATING`` (``trxl:none``: Transformer-XL's residuals, no gates) or a core
+    with agent fields (:func:`agent_fields`)."""
+    core, fields = agent_fields(spec)
     cfg = ppo.PPOConfig()
     envs, first = make_envs(args.env, cfg.envs, args.seed)
     try:
         encoder = ObservationEncoder(envs.single_observation_space, args.env)
         config = AgentConfig(obs_dim=encoder.dim, **check_action_space(envs.single_action_space, args.env),
                              env_id=args.env, core=core, observation=encoder.to_json(), window=args.window,
-                             gating=gating or AgentConfig.gating)
+                             **fields)
         torch.manual_seed(args.seed)
         agent = MemoryAgent(config)
         if args.compile:  # the replay's forward and backward (collection steps the ring, not this)
@@ -87,13 +115,15 @@ def profile(spec: str, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="popgym-RepeatPreviousEasy-v0")
-    parser.add_argument("--cores", nargs="+", default=["trxl", "gru"], help="trxl, gru, or trxl:GATING "
-                        "(trxl:none: no gates); the last is the yardstick")
+    parser.add_argument("--cores", nargs="+", default=["trxl", "gru"], help="trxl, gru, trxl:GATING "
+                        "(trxl:none: no gates) or CORE:FIELD=VALUE,... (trxl:n_layer=1); the last is the yardstick")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=AgentConfig.window, help="steps per replayed window")
     parser.add_argument("--compile", action="store_true", help="torch.compile the memory core's forward (inductor)")
     args = parser.parse_args()
+    for spec in args.cores:  # every spec checked before the first (minutes-long) row
+        agent_fields(spec)
     torch.set_num_threads(1)
     rows = [profile(core, args) for core in args.cores]
     base = rows[-1]

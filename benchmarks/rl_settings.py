@@ -85,8 +85,9 @@ def spread(values: List[Optional[float]]) -> str:
 
 
 def table(paths: List[Path], levels: Dict[str, float], at: Sequence[int] = AT) -> str:
-    """The table of the runs in ``paths`` (this script's lines, and ``benchmarks/rl_control.py``'s, whose agent
-    stands for the setting: its ``RecurrentPPO`` rows beside these), with the returns at the steps ``at``."""
+    """The table of the runs in ``paths`` (this script's lines, and ``benchmarks/rl_control.py``'s and
+    ``benchmarks/rl_popgym.py``'s, whose agent stands for the setting: their rows beside these, task by task), with
+    the returns at the steps ``at``."""
     rows: Dict[tuple, List[dict]] = {}
     for r in itertools.chain.from_iterable(jsonl_rows(p) for p in paths):
         if "error" not in r:
@@ -94,7 +95,8 @@ def table(paths: List[Path], levels: Dict[str, float], at: Sequence[int] = AT) -
     head = ["task", "setting", "seeds", *(f"return at {s // 1000}k" for s in at),
             "steps to the level (median; per seed)", "steps/s"]
     body = []
-    for (task, setting), runs in rows.items():
+    tasks = list(dict.fromkeys(task for task, _ in rows))  # each task's settings together, files side by side
+    for (task, setting), runs in sorted(rows.items(), key=lambda kv: tasks.index(kv[0][0])):
         runs.sort(key=lambda r: r["seed"])
         returns = [spread([nearest(r["curve"], s) for r in runs]) for s in at]
         reach = "—"

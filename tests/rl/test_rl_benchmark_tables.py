@@ -68,6 +68,21 @@ def test_default_steps_and_bad_levels(tmp_path):
     assert bad.stderr.strip().splitlines() == ["--levels: expected TASK=RETURN, got 'T=high'"]
 
 
+def test_rows_of_several_files_are_grouped_task_by_task(tmp_path):
+    """A settings file beside the suite's runs (``agent`` for the setting): each task's rows together, tasks in
+    the order they first appear."""
+    suite, more = tmp_path / "suite.jsonl", tmp_path / "more.jsonl"
+    run = {"seed": 1, "steps": 8192, "seconds": 1.0, "curve": curve([(4096, 0.1), (8192, 0.2)])}
+    suite.write_text("".join(json.dumps({**run, "task": t, "agent": a}) + "\n"
+                             for t in ("T1", "T2") for a in ("gtrxl", "gru")))
+    more.write_text("".join(json.dumps({**run, "task": t, "setting": "layer1"}) + "\n" for t in ("T2", "T1")))
+    done = table(suite, str(more), "--at", "8192")
+    assert done.returncode == 0, done.stderr
+    order = [(cells[0].strip(), cells[1]) for cells in (line.strip("|").split(" | ") for line in
+                                                 done.stdout.strip().splitlines()[2:])]
+    assert order == [("T1", "gtrxl"), ("T1", "gru"), ("T1", "layer1"), ("T2", "gtrxl"), ("T2", "gru"),
+                     ("T2", "layer1")]
+
 def test_suite_table_against_no_memory_and_the_gru(tmp_path):
     finals = {("popgym-A-v0", "gtrxl"): [0.5, 0.6, 0.7], ("popgym-A-v0", "gru"): [0.2, 0.3, 0.4],
               ("popgym-A-v0", "none"): [0.6, 0.65, 0.7], ("popgym-B-v0", "gtrxl"): [0.1, 0.12],
@@ -94,3 +109,24 @@ def test_suite_table_against_no_memory_and_the_gru(tmp_path):
     assert two.returncode == 0, two.stderr
     assert two.stdout.splitlines()[0] == "| task | gtrxl | gru | GTrXL against the GRU |"
     assert "| none |" not in two.stdout
+
+
+def test_profile_cores_take_agent_fields_and_a_bad_one_is_one_line():
+    """benchmarks/rl_profile.py's ``--cores``: ``trxl:GATING`` as before, ``CORE:FIELD=VALUE,...`` typed as the
+    agent's fields; a misspelt field or a bad value stops the script with one line before any row is measured."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import rl_profile
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert rl_profile.agent_fields("gru") == ("gru", {})
+    assert rl_profile.agent_fields("trxl:none") == ("trxl", {"gating": "none"})
+    assert rl_profile.agent_fields("trxl:n_layer=1,gating=none,gate_bias=1.5") == (
+        "trxl", {"n_layer": 1, "gating": "none", "gate_bias": 1.5})
+    for spec, line in (("trxl:nlayer=1", "rl_profile.py: trxl:nlayer=1: no agent field 'nlayer'"),
+                       ("trxl:n_layer=one", "rl_profile.py: trxl:n_layer=one: n_layer takes an integer, got 'one'")):
+        done = subprocess.run([sys.executable, str(BENCHMARKS / "rl_profile.py"), "--cores", "trxl", spec],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith(line), done.stderr
+        assert done.stdout == ""
