@@ -6,12 +6,15 @@ For each core (``--cores``, default GTrXL and the GRU) one agent with the defaul
 iteration, ``--iterations`` are timed in CPU seconds of this process (one torch thread: other load on a shared
 machine counts less than in wall time). The floating-point operations are counted by
 ``torch.utils.flop_counter`` on one minibatch's replay, forward and backward, and on one collection step of the
-32 environments. Prints a markdown table with the CPU named::
+32 environments. The log-prob drift is the largest difference between the log-probabilities the collection
+computed and the update's replay of the same steps before a gradient step (float32: rounding; ``--bf16``: what
+the PPO ratio starts from instead of 1). Prints a markdown table with the CPU named::
 
     python benchmarks/rl_profile.py
     python benchmarks/rl_profile.py --env popgym-PositionOnlyPendulumEasy-v0 --iterations 5
     python benchmarks/rl_profile.py --window 32      # a lever: a longer window over the same memory
     python benchmarks/rl_profile.py --compile        # torch.compile of the core (the update's replay)
+    python benchmarks/rl_profile.py --bf16           # the update under CPU autocast to bfloat16
     python benchmarks/rl_profile.py --cores trxl trxl:none gru   # GTrXL, Transformer-XL without the gates, GRU
     python benchmarks/rl_profile.py --cores trxl trxl:n_layer=1 trxl:n_layer=1,gating=none gru
 
@@ -22,6 +25,7 @@ A core is ``trxl``, ``gru``, ``trxl:GATING`` or ``CORE:FIELD=VALUE,...`` with fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import sys
@@ -98,18 +102,35 @@ def profile(spec: str, args) -> dict:
             batch = collector.collect(cfg.rollout, config.window)
             mid = time.process_time()
             ppo.advantages(batch, cfg.gamma, cfg.gae_lambda)
-            ppo.update(agent, optimizer, batch, cfg, config.window, gen)
+            with update_precision(args.bf16):
+                ppo.update(agent, optimizer, batch, cfg, config.window, gen)
             if i:  # the first iteration warms up
                 collect.append(mid - start)
                 update.append(time.process_time() - mid)
         if args.compile:
             del agent.core.forward  # counted eagerly: the same operations
         update_flops, step_flops = flops_per_sample(agent, batch, config.window, cfg.envs)
+        drift = log_prob_drift(agent, collector, config.window, args.bf16)
     finally:
         envs.close()
     c, u = statistics.median(collect), statistics.median(update)
     return {"core": spec, "collect": c, "update": u, "steps_per_s": cfg.envs * cfg.rollout / (c + u),
-            "update_mflop": update_flops, "step_mflop": step_flops}
+            "update_mflop": update_flops, "step_mflop": step_flops, "drift": drift}
+
+
+def update_precision(bf16: bool):
+    """The update's products in bfloat16 (CPU autocast) with ``--bf16``; float32 otherwise."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def log_prob_drift(agent: MemoryAgent, collector, window: int, bf16: bool) -> float:
+    """The largest difference between the log-probabilities the collection computed (float32, the ring) and the
+    update's replay of the same steps, before any gradient step: what the PPO ratio starts from instead of 1."""
+    batch = collector.collect(8 * window, window)
+    rows = torch.arange(batch.starts.size(0) // window * batch.starts.size(1))
+    with torch.no_grad(), update_precision(bf16):
+        log_probs = ppo.replay(agent, batch, rows, window)[0].float()
+    return float((log_probs - ppo.windows(batch.log_probs, window)).abs().max())
 
 
 def main() -> None:
@@ -121,6 +142,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=AgentConfig.window, help="steps per replayed window")
     parser.add_argument("--compile", action="store_true", help="torch.compile the memory core's forward (inductor)")
+    parser.add_argument("--bf16", action="store_true", help="the update under CPU autocast to bfloat16 (collection "
+                        "stays float32)")
     args = parser.parse_args()
     for spec in args.cores:  # every spec checked before the first (minutes-long) row
         agent_fields(spec)
@@ -128,13 +151,14 @@ def main() -> None:
     rows = [profile(core, args) for core in args.cores]
     base = rows[-1]
     print(f"{cpu_description()}; {args.env}; 32 environments x 128 steps an iteration, windows of {args.window}"
-          f"{', core compiled' if args.compile else ''}, CPU seconds (median of {args.iterations})\n")
+          f"{', core compiled' if args.compile else ''}{', update in bf16' if args.bf16 else ''}, CPU seconds "
+          f"(median of {args.iterations}); log-prob drift: the largest |replay - collection| before a gradient step\n")
     print(markdown_table(["core", "collection s", "update s", "steps/s (CPU time)", f"vs {base['core']}",
-                          "MFLOP a sample: update / collection step"]))
+                          "MFLOP a sample: update / collection step", "log-prob drift"]))
     for r in rows:
         print(table_row([r["core"], f"{r['collect']:.3f}", f"{r['update']:.3f}", f"{r['steps_per_s']:,.0f}",
                          f"{r['steps_per_s'] / base['steps_per_s']:.2f}x",
-                         f"{r['update_mflop']:.3f} / {r['step_mflop']:.3f}"]))
+                         f"{r['update_mflop']:.3f} / {r['step_mflop']:.3f}", f"{r['drift']:.1e}"]))
 
 
 if __name__ == "__main__":
