@@ -66,10 +66,13 @@ class TransformerXLPolicy(BasePolicy):
     heads). ``mem_len`` ... ``gate_bias``: :class:`~transformer_xl.rl.agent.AgentConfig`'s fields."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule,
-                 mem_len: int = 64, gating: str = "gru", core: str = "trxl", d_model: int = 64, n_layer: int = 2,
-                 n_head: int = 4, d_head: int = 16, d_inner: int = 128, window: int = 16, gate_bias: float = 2.0,
-                 prev_action: Optional[bool] = None, log_std: str = "parameter", log_std_init: float = 0.0,
-                 action_bounds: str = "clip",
+                 mem_len: int = AgentConfig.mem_len, gating: str = AgentConfig.gating,
+                 core: str = AgentConfig.core, d_model: int = AgentConfig.d_model, n_layer: int = AgentConfig.n_layer,
+                 n_head: int = AgentConfig.n_head, d_head: int = AgentConfig.d_head,
+                 d_inner: int = AgentConfig.d_inner, window: int = AgentConfig.window,
+                 gate_bias: float = AgentConfig.gate_bias, prev_action: Optional[bool] = AgentConfig.prev_action,
+                 log_std: str = AgentConfig.log_std, log_std_init: float = AgentConfig.log_std_init,
+                 action_bounds: str = AgentConfig.action_bounds,
                  features_extractor_class: Type[BaseFeaturesExtractor] = FlattenExtractor,
                  features_extractor_kwargs: Optional[Dict[str, Any]] = None, normalize_images: bool = True,
                  optimizer_class: Type[torch.optim.Optimizer] = torch.optim.Adam,

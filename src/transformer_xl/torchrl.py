@@ -87,9 +87,12 @@ class TransformerXLModule(TensorDictModuleBase):
         default_recurrent_mode: the mode when no ``set_recurrent_mode`` context says one (default: step mode).
     """
 
-    def __init__(self, input_size: Optional[int] = None, d_model: int = 64, n_layer: int = 2, n_head: int = 4,
-                 d_head: int = 16, d_inner: int = 128, mem_len: int = 64, window: int = 16, gating: str = "gru",
-                 gate_bias: float = 2.0, *, in_key=None, in_keys=None, out_key=None, out_keys=None, device=None,
+    def __init__(self, input_size: Optional[int] = None, d_model: int = AgentConfig.d_model,
+                 n_layer: int = AgentConfig.n_layer, n_head: int = AgentConfig.n_head,
+                 d_head: int = AgentConfig.d_head, d_inner: int = AgentConfig.d_inner,
+                 mem_len: int = AgentConfig.mem_len, window: int = AgentConfig.window,
+                 gating: str = AgentConfig.gating, gate_bias: float = AgentConfig.gate_bias, *, in_key=None,
+                 in_keys=None, out_key=None, out_keys=None, device=None,
                  default_recurrent_mode: Optional[bool] = None, agent: Optional[MemoryAgent] = None):
         super().__init__()
         if agent is None:

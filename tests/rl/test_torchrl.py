@@ -356,3 +356,15 @@ def test_the_ppo_recipe_runs_and_prints_one_json_line(module, env_id, tmp_path):
     assert set(result["seconds_by_phase"]) == {"collect", "gae", "update"}
     if module == "txl":
         assert MemoryAgent.from_pretrained(tmp_path / "agent").config.env_id == env_id
+
+
+def test_the_module_defaults_are_txl_rls_agent():
+    """``TransformerXLModule()``'s core fields default to ``AgentConfig``'s, so a module built without arguments is
+    the memory ``txl rl`` trains (one place holds the defaults)."""
+    import inspect
+
+    params = inspect.signature(TransformerXLModule.__init__).parameters
+    fields = ("d_model", "n_layer", "n_head", "d_head", "d_inner", "mem_len", "window", "gating", "gate_bias")
+    assert {f: params[f].default for f in fields} == {f: getattr(AgentConfig, f) for f in fields}
+    module = TransformerXLModule(input_size=3, in_key="observation", out_key="h")
+    assert {f: getattr(module.config, f) for f in fields} == {f: getattr(AgentConfig, f) for f in fields}

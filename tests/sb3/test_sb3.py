@@ -359,3 +359,16 @@ def test_actions_it_cannot_take_are_one_line(space, words):
     with pytest.raises(ConfigError, match="^TransformerXLPPO: the environment has actions") as info:
         TransformerXLPPO("MlpPolicy", DummyVecEnv([Bad]), **FAST)
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_policy_defaults_are_txl_rls_agent():
+    """``TransformerXLPolicy``'s agent keywords default to ``AgentConfig``'s (one place holds the defaults)."""
+    import inspect
+
+    from transformer_xl.rl.agent import AgentConfig
+    from transformer_xl.sb3 import TransformerXLPolicy
+
+    params = inspect.signature(TransformerXLPolicy.__init__).parameters
+    fields = ("mem_len", "gating", "core", "d_model", "n_layer", "n_head", "d_head", "d_inner", "window", "gate_bias",
+              "prev_action", "log_std", "log_std_init", "action_bounds")
+    assert {f: params[f].default for f in fields} == {f: getattr(AgentConfig, f) for f in fields}
