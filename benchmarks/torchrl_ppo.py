@@ -51,6 +51,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--gamma", type=float, default=None, help="default: txl rl's preset for the task, else 0.99")
     p.add_argument("--mem-len", type=int, default=64, help="txl: steps of memory")
+    p.add_argument("--n-layer", type=int, default=2, help="txl: layers of the memory")
     p.add_argument("--hidden", type=int, default=64, help="width of the memory (d_model, the LSTM's, the MLP's)")
     p.add_argument("--prev-action", action="store_true", help="txl: the previous action as an input")
     p.add_argument("--threads", type=int, default=1)
@@ -77,7 +78,7 @@ def build(args, env_kwargs):
     if env.observation_spec["observation"].dtype != torch.float32:  # one-hot integers of Discrete observations
         env.append_transform(DTypeCastTransform(env.observation_spec["observation"].dtype, torch.float32,
                                                 in_keys=["observation"]))
-    agent = agent_for_env(args.env, env_kwargs, mem_len=args.mem_len, d_model=args.hidden,
+    agent = agent_for_env(args.env, env_kwargs, mem_len=args.mem_len, d_model=args.hidden, n_layer=args.n_layer,
                           prev_action=args.prev_action)  # the action space and its bounds
     continuous = agent.config.continuous
     if continuous:
@@ -190,7 +191,8 @@ def train(args) -> dict:
             "steps_per_s": round(done_steps / seconds, 1), "curve": curve, "gamma": gamma,
             "seconds_by_phase": {k: round(v, 1) for k, v in split.items()},
             "cpu": cpu_model_name(), "threads": args.threads, "python": platform.python_version(),
-            "torch": torch.__version__}
+            "torch": torch.__version__,
+            **({"mem_len": args.mem_len, "n_layer": args.n_layer} if args.module == "txl" else {})}
 
 
 def minibatches(memory, data, args):
