@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import statistics
 import sys
 import time
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import cpu_description, markdown_table, table_row
 
 from transformer_xl.rl import AgentConfig, MemoryAgent, ppo
+from transformer_xl.rl.agent import CORE_FIELDS
 from transformer_xl.rl.envs import ObservationEncoder, check_action_space, make_envs
 
 
@@ -57,31 +57,30 @@ def flops_per_sample(agent: MemoryAgent, batch: ppo.Batch, window: int, envs: in
 
 
 def agent_fields(spec: str) -> tuple:
-    """``CORE``, ``CORE:GATING`` or ``CORE:FIELD=VALUE,...`` -> ``(core, {field: value})``, each value typed as the
-    field's default; an unknown field or a bad value is a ``SystemExit`` with one line."""
+    """``CORE``, ``CORE:GATING`` or ``CORE:FIELD=VALUE,...`` -> ``(core, {field: value})``: the fields of the memory
+    core (:data:`~transformer_xl.rl.agent.CORE_FIELDS` but ``window``, its own flag), each value typed as the
+    field's default; another field or a bad value is a ``SystemExit`` with one line."""
     core, _, rest = spec.partition(":")
     if rest and "=" not in rest:
         return core, {"gating": rest}
-    defaults = {f.name: f.default for f in dataclasses.fields(AgentConfig)}
+    names = [name for name in CORE_FIELDS if name != "window"]
     fields = {}
     for item in filter(None, rest.split(",")):
         name, _, value = item.partition("=")
-        if name not in defaults or name in ("core", "window"):
-            raise SystemExit(f"rl_profile.py: {spec}: no agent field {name!r} (fields: n_layer, d_model, n_head, "
-                             f"d_inner, mem_len, gating, ...)")
-        kind = type(defaults[name])
+        if name not in names:
+            raise SystemExit(f"rl_profile.py: {spec}: no agent field {name!r} (fields: {', '.join(names)})")
+        kind = type(getattr(AgentConfig, name))
         try:
-            fields[name] = kind(value) if kind in (int, float) else value
+            fields[name] = kind(value)
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise SystemExit(f"rl_profile.py: {spec}: {name} takes {what}, got {value!r}") from None
     return core, fields
 
 
-def profile(spec: str, args) -> dict:
-    """One row: ``spec`` is a core, ``trxl:GATING`` (``trxl:none``: Transformer-XL's residuals, no gates) or a core
-    with agent fields (:func:`agent_fields`)."""
-    core, fields = agent_fields(spec)
+def profile(spec: str, core: str, fields: dict, args) -> dict:
+    """One row: ``spec`` as given (a core, ``trxl:GATING`` -- ``trxl:none``: Transformer-XL's residuals, no gates --
+    or a core with agent fields), ``core`` and ``fields`` as :func:`agent_fields` read it."""
     cfg = ppo.PPOConfig()
     envs, first = make_envs(args.env, cfg.envs, args.seed)
     try:
@@ -145,10 +144,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="the update under CPU autocast to bfloat16 (collection "
                         "stays float32)")
     args = parser.parse_args()
-    for spec in args.cores:  # every spec checked before the first (minutes-long) row
-        agent_fields(spec)
+    specs = {spec: agent_fields(spec) for spec in args.cores}  # every spec read before the first (minutes-long) row
     torch.set_num_threads(1)
-    rows = [profile(core, args) for core in args.cores]
+    rows = [profile(spec, core, fields, args) for spec, (core, fields) in specs.items()]
     base = rows[-1]
     print(f"{cpu_description()}; {args.env}; 32 environments x 128 steps an iteration, windows of {args.window}"
           f"{', core compiled' if args.compile else ''}{', update in bf16' if args.bf16 else ''}, CPU seconds "

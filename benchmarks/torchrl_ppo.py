@@ -35,6 +35,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_model_name
 
+from transformer_xl.rl.agent import AgentConfig
+
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
@@ -50,8 +52,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--minibatches", type=int, default=8)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--gamma", type=float, default=None, help="default: txl rl's preset for the task, else 0.99")
-    p.add_argument("--mem-len", type=int, default=64, help="txl: steps of memory")
-    p.add_argument("--n-layer", type=int, default=2, help="txl: layers of the memory")
+    p.add_argument("--mem-len", type=int, default=AgentConfig.mem_len, help="txl: steps of memory")
+    p.add_argument("--n-layer", type=int, default=AgentConfig.n_layer, help="txl: layers of the memory")
     p.add_argument("--hidden", type=int, default=64, help="width of the memory (d_model, the LSTM's, the MLP's)")
     p.add_argument("--prev-action", action="store_true", help="txl: the previous action as an input")
     p.add_argument("--threads", type=int, default=1)

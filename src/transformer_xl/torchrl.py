@@ -68,8 +68,6 @@ except ImportError as _missing:  # one line naming the extra
 
 MEMS, VALID, TAG, ACTION = ("recurrent_state_mems", "recurrent_state_valid", "recurrent_state_tag",
                             "recurrent_state_action")
-#: AgentConfig fields the module's constructor takes.
-CORE_FIELDS = ("d_model", "n_layer", "n_head", "d_head", "d_inner", "mem_len", "window", "gating", "gate_bias")
 
 
 class TransformerXLModule(TensorDictModuleBase):

@@ -83,6 +83,7 @@ def test_rows_of_several_files_are_grouped_task_by_task(tmp_path):
     assert order == [("T1", "gtrxl"), ("T1", "gru"), ("T1", "layer1"), ("T2", "gtrxl"), ("T2", "gru"),
                      ("T2", "layer1")]
 
+
 def test_suite_table_against_no_memory_and_the_gru(tmp_path):
     finals = {("popgym-A-v0", "gtrxl"): [0.5, 0.6, 0.7], ("popgym-A-v0", "gru"): [0.2, 0.3, 0.4],
               ("popgym-A-v0", "none"): [0.6, 0.65, 0.7], ("popgym-B-v0", "gtrxl"): [0.1, 0.12],
@@ -124,6 +125,7 @@ def test_profile_cores_take_agent_fields_and_a_bad_one_is_one_line():
     assert rl_profile.agent_fields("trxl:n_layer=1,gating=none,gate_bias=1.5") == (
         "trxl", {"n_layer": 1, "gating": "none", "gate_bias": 1.5})
     for spec, line in (("trxl:nlayer=1", "rl_profile.py: trxl:nlayer=1: no agent field 'nlayer'"),
+                       ("trxl:obs_dim=3", "rl_profile.py: trxl:obs_dim=3: no agent field 'obs_dim'"),
                        ("trxl:n_layer=one", "rl_profile.py: trxl:n_layer=one: n_layer takes an integer, got 'one'")):
         done = subprocess.run([sys.executable, str(BENCHMARKS / "rl_profile.py"), "--cores", "trxl", spec],
                               capture_output=True, text=True, timeout=120)

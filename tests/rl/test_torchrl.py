@@ -363,8 +363,9 @@ def test_the_module_defaults_are_txl_rls_agent():
     the memory ``txl rl`` trains (one place holds the defaults)."""
     import inspect
 
+    from transformer_xl.rl.agent import CORE_FIELDS as fields
+
     params = inspect.signature(TransformerXLModule.__init__).parameters
-    fields = ("d_model", "n_layer", "n_head", "d_head", "d_inner", "mem_len", "window", "gating", "gate_bias")
     assert {f: params[f].default for f in fields} == {f: getattr(AgentConfig, f) for f in fields}
     module = TransformerXLModule(input_size=3, in_key="observation", out_key="h")
     assert {f: getattr(module.config, f) for f in fields} == {f: getattr(AgentConfig, f) for f in fields}

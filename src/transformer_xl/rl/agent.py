@@ -61,6 +61,8 @@ CORES = ("trxl", "gru")
 LOG_STDS = ("parameter", "head")
 LOG_STD_RANGE = (-5.0, 2.0)  # a log-std from the head is kept in it (std 0.007 to 7.4)
 State = Tuple[Tensor, ...]
+#: AgentConfig fields that shape the memory core (the TorchRL module's constructor takes these).
+CORE_FIELDS = ("d_model", "n_layer", "n_head", "d_head", "d_inner", "mem_len", "window", "gating", "gate_bias")
 
 
 @dataclasses.dataclass
