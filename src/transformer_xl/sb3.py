@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .errors import ConfigError, MissingExtraError
 from .rl import ppo
-from .rl.agent import AgentConfig, MemoryAgent, State, carried
+from .rl.agent import CORE_FIELDS, AgentConfig, MemoryAgent, State, carried
 from .rl.envs import check_action_space
 
 try:  # the sb3 extra
@@ -276,8 +276,9 @@ class TransformerXLPPO(OnPolicyAlgorithm):
             advantage is negative (dual-clip PPO; ``txl rl --dual-clip``); None: SB3's PPO loss.
         kl_coef: weight of the KL penalty from the collecting policy over every action (``txl rl --kl-coef``);
             0: SB3's PPO loss.
-        policy_kwargs: the agent's shape (``mem_len=64, gating="gru", core="trxl", d_model=64, n_layer=2,
-            window=16``...), and SB3's ``features_extractor_class``, ``optimizer_kwargs``.
+        policy_kwargs: the agent's shape (``mem_len=128, gating="gru", core="trxl", d_model=64, n_layer=1,
+            window=16``...: :class:`~transformer_xl.rl.agent.AgentConfig`'s defaults; the model saves the shape it
+            was built with), and SB3's ``features_extractor_class``, ``optimizer_kwargs``.
     """
 
     policy_aliases = {"MlpPolicy": TransformerXLPolicy, "MultiInputPolicy": MultiInputTransformerXLPolicy}
@@ -309,6 +310,9 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         self.set_random_seed(self.seed)
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
                                         **self.policy_kwargs).to(self.device)
+        config = self.policy.agent.config  # saved with the model: it loads with this shape whatever the defaults
+        self.policy_kwargs = {"core": config.core, **{name: getattr(config, name) for name in CORE_FIELDS},
+                              **self.policy_kwargs}
         self.clip_range = FloatSchedule(self.clip_range)
         self.rollout_buffer = WindowRollouts()
         self._collector = None

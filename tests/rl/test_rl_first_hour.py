@@ -239,6 +239,22 @@ def test_resume_keeps_the_runs_own_settings_and_counters(tmp_path):
     assert yaml.safe_load((tmp_path / "run/run.yaml").read_text())["steps"] == 512
 
 
+def test_resume_keeps_the_checkpoints_agent_where_run_yaml_left_it_to_the_defaults(tmp_path):
+    """A run whose ``run.yaml`` left the memory's shape to the defaults of the version that started it (two layers
+    of 64, before one layer of 128) resumes with the shape its checkpoint holds, not today's defaults."""
+    first = txl(tmp_path, "rl", "CartPole-v1", "--steps", "128", "--run-dir", "run", *TINY, "--n-layer", "2",
+                "--mem-len", "8")
+    assert first.returncode == 0, first.stderr
+    path = tmp_path / "run/run.yaml"
+    settings = yaml.safe_load(path.read_text())
+    del settings["agent"]["n_layer"], settings["agent"]["mem_len"]  # as an older version wrote its defaults
+    path.write_text(yaml.safe_dump(settings))
+    again = txl(tmp_path, "rl", "CartPole-v1", "--resume", "--run-dir", "run", "--steps", "256", "--json")
+    assert again.returncode == 0, again.stderr
+    agent = yaml.safe_load(path.read_text())["agent"]
+    assert (agent["n_layer"], agent["mem_len"]) == (2, 8) and json.loads(again.stdout)["steps"] == 256
+
+
 def test_a_family_preset_is_printed_written_and_overridden_by_a_flag(tmp_path):
     pytest.importorskip("popgym", reason="POPGym is part of the rl extra")
     from transformer_xl.rl import presets
@@ -332,7 +348,7 @@ def test_the_end_of_a_run_says_what_its_numbers_suggest():
                     start_return=0.0, max_length=41)
     [line] = hints(flat, settings, start_spread=1.0)
     assert line.startswith("the mean return has not moved from its start (0.000 then 0.010)")
-    assert "--steps, now 300000" in line and "--mem-len, now 64" in line and "--gamma, now 0.99" in line
+    assert "--steps, now 300000" in line and "--mem-len, now 128" in line and "--gamma, now 0.99" in line
     assert "the learning rate falls to 0 over --steps, so a shorter run also learns with smaller steps" in line
     steady = RLSettings(env_id="mymodule:TMaze-v0", steps=300_000, ppo=PPOConfig(anneal_lr=False))
     assert "learning rate" not in hints(flat, steady, start_spread=1.0)[0]
@@ -342,7 +358,7 @@ def test_the_end_of_a_run_says_what_its_numbers_suggest():
     assert len(hints(constant, settings, start_spread=0.0)) == 1  # no spread at the start, no move since
     long = RLResult(**{**learnt.to_json(), "max_length": 415, "older_half_share": 0.4})
     [line] = hints(long, settings, start_spread=1.0)
-    assert line == ("episodes lasted up to 415 steps, more than --mem-len 64: each step saw only the 64 steps "
+    assert line == ("episodes lasted up to 415 steps, more than --mem-len 128: each step saw only the 128 steps "
                     "before it, and the agent reads the older half of its memory (40% of what the memory changes "
                     "in its actions); if the task needs more of its episode, try --mem-len 512")
     for recent_only in (0.1, None):  # no evidence that the far end is read: no longer memory suggested

@@ -181,6 +181,23 @@ def test_save_and_load_act_identically_with_the_state_carried(tmp_path):
         starts = dones
 
 
+def test_a_saved_model_records_the_shape_it_was_built_with(tmp_path):
+    """The memory's shape is saved with the model, so that a model saved with the defaults of one version loads
+    under another whose defaults differ (two layers of 64 became one layer of 128)."""
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    from transformer_xl.rl.agent import CORE_FIELDS
+
+    given = {k: v for k, v in SMALL.items() if k not in ("n_layer", "mem_len")}  # those two left to the defaults
+    model = TransformerXLPPO("MlpPolicy", venv(n=2), **{**FAST, "policy_kwargs": given})
+    model.save(tmp_path / "agent.zip")
+    saved = load_from_zip_file(tmp_path / "agent.zip")[0]["policy_kwargs"]
+    config = model.policy.agent.config
+    assert {name: saved[name] for name in ("core",) + CORE_FIELDS} == {
+        name: getattr(config, name) for name in ("core",) + CORE_FIELDS}
+    assert TransformerXLPPO.load(tmp_path / "agent.zip").policy.agent.config == config
+
+
 def test_episode_start_forgets_the_memory():
     model = TransformerXLPPO("MlpPolicy", venv(n=1), **{**FAST, "batch_size": 16})
     policy = model.policy

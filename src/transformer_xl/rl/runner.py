@@ -33,7 +33,7 @@ from ..training.lock import RunLock
 from ..training.metrics_log import MetricsLogger
 from ..training.signals import stop_requests
 from . import ppo, presets
-from .agent import AgentConfig, MemoryAgent
+from .agent import CORE_FIELDS, AgentConfig, MemoryAgent
 from .envs import ObservationEncoder, check_action_space, make_envs
 from .normalize import RewardScaler
 
@@ -145,7 +145,7 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
         raise ConfigError(f"--resume: {saved.parent} holds a txl rl run with no checkpoint yet (it was stopped "
                           f"before its first); leave out --resume to start it again")
     if resume:
-        layers.append(_read_settings(saved, env_id))
+        layers += [checkpoint_agent(saved.parent), _read_settings(saved, env_id)]
         sources.append(f"{saved}")
     if given:
         layers.append(given)
@@ -153,6 +153,13 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
     settings = RLSettings.from_dict(merge(*layers, {"env_id": env_id}))
     settings.resume = resume
     return settings, sources
+
+
+def checkpoint_agent(run_dir: Path) -> dict:
+    """The memory core's shape of the run's last checkpoint, as a settings layer: a run resumes with the agent it
+    saved, even where ``run.yaml`` left a field to the defaults of the version that started it."""
+    config = MemoryAgent.from_pretrained(ckpt.latest_checkpoint(run_dir)).config
+    return {"agent": {name: getattr(config, name) for name in ("core",) + CORE_FIELDS}}
 
 
 def is_run_folder(path: Path) -> bool:
