@@ -120,7 +120,11 @@ def test_the_documented_cluster_commands_run_as_written(tmp_path):
         # each node's files apart, as on a machine of its own (else both unpack the job's --working-dir into one
         # folder, and one deletes it under the other), and none in /tmp/ray: a head killed there leaves its address
         # in /tmp/ray/ray_current_cluster, where a later ray.init() of this machine would try to join it
-        own = [f"--temp-dir {stack.enter_context(tempfile.TemporaryDirectory(prefix=p, dir='/tmp'))}"
+        # Each node's dashboard agent on free ports too: its default listen port (52365) is taken by the agent of
+        # another Ray on this machine (tests/rl/test_rllib.py's, in the other test process), and then no agent
+        # takes the job ("No available agent to submit job").
+        own = [f"--temp-dir {stack.enter_context(tempfile.TemporaryDirectory(prefix=p, dir='/tmp'))} "
+               f"--dashboard-agent-listen-port={free_port()} --dashboard-agent-grpc-port={free_port()}"
                for p in ("rh", "rw")]  # short paths for Ray's sockets
         for command, cpus, extra in ((head, 1, own[0]), (worker, 2, own[1])):
             log = tmp_path / f"node{len(sessions)}.log"
