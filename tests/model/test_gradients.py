@@ -48,3 +48,39 @@ def test_every_parameter_receives_gradient(attn_type, untie_r, div_val, cutoffs,
     for name, p in model.named_parameters():
         assert p.grad is not None, f"{name} received no gradient"
         assert p.grad.abs().sum() > 0, f"{name} received an all-zero gradient"
+
+
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_memory_rows_take_no_gradient_of_their_own_and_give_the_same_weights_gradients(pre_lnorm):
+    """Keys and values of stop-gradient memory rows are projected apart (pre-LN: the layer norm's scale and shift
+    folded into the weight): the same keys, values and gradients of the weights, the layer norm and the segment
+    as projecting memory and segment together, with less arithmetic in the backward (no product gives the
+    memory rows a gradient)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from transformer_xl.model.attention.layers import RelativeAttention
+
+    torch.manual_seed(0)
+    attn = RelativeAttention(2, 16, 8, 0.0, 0.0, pre_lnorm)
+    with torch.no_grad():
+        attn.layer_norm.weight.uniform_(0.5, 1.5)
+        attn.layer_norm.bias.uniform_(-0.5, 0.5)
+    h, mems = torch.randn(3, 4, 16, requires_grad=True), torch.randn(3, 12, 16)
+    weights = torch.randn(3, 2, 16, 8)  # a fixed mix of q, k and v [B, H, K, D] as the loss
+
+    def project(memory):
+        attn.zero_grad()
+        h.grad = None
+        with FlopCounterMode(display=False) as flops:
+            q, k, v = attn.project(h, memory)
+            (q.sum() + (k * weights).sum() + (v * weights.flip(0)).sum()).backward()
+        grads = [p.grad.clone() for p in (attn.qkv_net.weight, attn.layer_norm.weight, attn.layer_norm.bias)
+                 if p.grad is not None]
+        return (q, k, v), grads + [h.grad.clone()], flops.get_total_flops()
+
+    apart, apart_grads, apart_flops = project(mems)  # a stop-gradient memory: projected apart
+    joint, joint_grads, joint_flops = project(mems.clone().requires_grad_())  # memory that takes a gradient
+    for a, b in zip(apart + tuple(apart_grads), joint + tuple(joint_grads)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert len(apart_grads) == len(joint_grads) == (4 if pre_lnorm else 2)
+    assert apart_flops <= joint_flops - 2 * 3 * 12 * 32 * 16  # less the product that gives the memory rows a gradient

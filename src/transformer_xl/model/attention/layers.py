@@ -22,6 +22,7 @@ import math
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..gating import GRUGate, residual
@@ -86,13 +87,18 @@ class QKVAttention(AttentionBase):
         """Queries for the current segment only; keys and values for memory + segment.
 
         Returns q ``[B, H, L, D]``, k and v ``[B, H, K, D]``. With memory, the query rows of
-        ``qkv_net`` are applied to the L current states only (the original projects all K).
+        ``qkv_net`` are applied to the L current states only (the original projects all K); a memory that takes
+        no gradient, in a pass that does, is projected apart (:meth:`memory_keys_values`).
         """
         qlen = h.size(1)
+        hd = self.n_head * self.d_head
+        if mems is not None and mems.size(1) and not mems.requires_grad and torch.is_grad_enabled():
+            q, k, v = linear(self.layer_norm(h) if self.pre_lnorm else h, self.qkv_net.weight).split(hd, dim=-1)
+            k_m, v_m = self.memory_keys_values(mems).split(hd, dim=-1)  # 2 x [B, M, H*D]
+            return self.heads(q), self.heads(torch.cat([k_m, k], 1)), self.heads(torch.cat([v_m, v], 1))
         cat = with_memory(h, mems)  # [B, K, d]
         if self.pre_lnorm:
             cat = self.layer_norm(cat)
-        hd = self.n_head * self.d_head
         if cat.size(1) == qlen:
             q, k, v = self.qkv_net(cat).split(hd, dim=-1)  # 3 x [B, L, H*D]
         else:
@@ -100,6 +106,20 @@ class QKVAttention(AttentionBase):
             q = linear(cat[:, -qlen:], weight[:hd])  # [B, L, H*D]
             k, v = linear(cat, weight[hd:]).split(hd, dim=-1)  # 2 x [B, K, H*D]
         return self.heads(q), self.heads(k), self.heads(v)
+
+
+    def memory_keys_values(self, mems: Tensor) -> Tensor:
+        """Keys and values of memory rows that take no gradient (the stop-gradient of the paper), while the
+        weights do: ``[B, M, d] -> [B, M, 2*H*D]``, equal to projecting the (layer-normed) rows. The layer norm's
+        scale and shift are folded into the weight, so that the backward computes the weights' gradients from
+        the memory rows and no gradient of the rows themselves: the product that would give one, M rows by
+        ``2*H*D`` by ``d``, and the layer norm's backward over the M rows are not done."""
+        weight = self.qkv_net.weight[self.n_head * self.d_head:]  # [2*H*D, d]
+        if not self.pre_lnorm:
+            return linear(mems, weight)
+        norm = self.layer_norm
+        unit = F.layer_norm(mems, norm.normalized_shape, eps=norm.eps)  # [B, M, d], no scale or shift
+        return F.linear(unit, weight * norm.weight, weight @ norm.bias)
 
 
 class RelativeAttention(QKVAttention):
