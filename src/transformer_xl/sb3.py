@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .errors import ConfigError, MissingExtraError
 from .rl import ppo
-from .rl.agent import CORE_FIELDS, AgentConfig, MemoryAgent, State, carried
+from .rl.agent import AgentConfig, MemoryAgent, State, carried
 from .rl.envs import check_action_space
 
 try:  # the sb3 extra
@@ -310,9 +310,8 @@ class TransformerXLPPO(OnPolicyAlgorithm):
         self.set_random_seed(self.seed)
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
                                         **self.policy_kwargs).to(self.device)
-        config = self.policy.agent.config  # saved with the model: it loads with this shape whatever the defaults
-        self.policy_kwargs = {"core": config.core, **{name: getattr(config, name) for name in CORE_FIELDS},
-                              **self.policy_kwargs}
+        # saved with the model: it loads with this shape whatever the defaults
+        self.policy_kwargs = {**self.policy.agent.config.core_shape(), **self.policy_kwargs}
         self.clip_range = FloatSchedule(self.clip_range)
         self.rollout_buffer = WindowRollouts()
         self._collector = None

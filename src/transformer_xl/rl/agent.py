@@ -105,6 +105,10 @@ class AgentConfig:
     #: Box actions (continuous control), not with discrete ones.
     normalize_obs: Optional[bool] = None
 
+    def core_shape(self) -> dict:
+        """``core`` and the :data:`CORE_FIELDS`: what a saved model or run must be rebuilt with."""
+        return {name: getattr(self, name) for name in ("core",) + CORE_FIELDS}
+
     def __post_init__(self):
         if self.core not in CORES:
             raise ConfigError(f"core: must be one of {', '.join(CORES)}, got {self.core!r}")
@@ -507,19 +511,29 @@ class MemoryAgent(nn.Module):
     @classmethod
     def from_pretrained(cls, directory, map_location="cpu") -> "MemoryAgent":
         """An agent saved by :meth:`save_pretrained` (a folder, or a run directory's ``agent/``), in eval mode."""
-        found = agent_folder(directory)
-        if found is None:
-            directory = Path(directory)
-            raise CheckpointError(f"{directory}: no such folder" if not directory.is_dir() else
-                                  f"{directory}: not an agent folder (no {AGENT_CONFIG})")
-        directory, path = found, found / AGENT_CONFIG
-        try:
-            config = AgentConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, TypeError) as exc:
-            raise CheckpointError(f"{path}: {exc}") from None
-        agent = cls(config)
+        directory = saved_folder(directory)
+        agent = cls(saved_config(directory))
         load_into(agent, load_safetensors(directory / WEIGHTS_NAME), str(directory / WEIGHTS_NAME))
         return agent.to(map_location).eval()
+
+
+def saved_folder(directory) -> Path:
+    """:func:`agent_folder`, or a :class:`CheckpointError` line saying why there is none."""
+    found = agent_folder(directory)
+    if found is None:
+        directory = Path(directory)
+        raise CheckpointError(f"{directory}: no such folder" if not directory.is_dir() else
+                              f"{directory}: not an agent folder (no {AGENT_CONFIG})")
+    return found
+
+
+def saved_config(directory) -> AgentConfig:
+    """The config of an agent saved by :meth:`MemoryAgent.save_pretrained`, without reading its weights."""
+    path = saved_folder(directory) / AGENT_CONFIG
+    try:
+        return AgentConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
 
 
 def agent_folder(directory) -> Optional[Path]:

@@ -33,7 +33,7 @@ from ..training.lock import RunLock
 from ..training.metrics_log import MetricsLogger
 from ..training.signals import stop_requests
 from . import ppo, presets
-from .agent import CORE_FIELDS, AgentConfig, MemoryAgent
+from .agent import AgentConfig, MemoryAgent, saved_config
 from .envs import ObservationEncoder, check_action_space, make_envs
 from .normalize import RewardScaler
 
@@ -158,8 +158,7 @@ def resolve_settings(env_id: str, given: dict, run_dir: Optional[str] = None, re
 def checkpoint_agent(run_dir: Path) -> dict:
     """The memory core's shape of the run's last checkpoint, as a settings layer: a run resumes with the agent it
     saved, even where ``run.yaml`` left a field to the defaults of the version that started it."""
-    config = MemoryAgent.from_pretrained(ckpt.latest_checkpoint(run_dir)).config
-    return {"agent": {name: getattr(config, name) for name in ("core",) + CORE_FIELDS}}
+    return {"agent": saved_config(ckpt.latest_checkpoint(run_dir)).core_shape()}
 
 
 def is_run_folder(path: Path) -> bool:
@@ -413,7 +412,7 @@ class Run:
         if not self.settings.resume:
             raise ConfigError(f"run_dir: {self.path} already holds checkpoints; pass --resume to continue it, or "
                               f"choose another --run-dir")
-        saved = MemoryAgent.from_pretrained(latest).config
+        saved = saved_config(latest)
         if saved.observation is None:  # saved before agents kept their observation encoding
             saved.observation = config.observation
         if saved != config:

@@ -107,7 +107,6 @@ class QKVAttention(AttentionBase):
             k, v = linear(cat, weight[hd:]).split(hd, dim=-1)  # 2 x [B, K, H*D]
         return self.heads(q), self.heads(k), self.heads(v)
 
-
     def memory_keys_values(self, mems: Tensor) -> Tensor:
         """Keys and values of memory rows that take no gradient (the stop-gradient of the paper), while the
         weights do: ``[B, M, d] -> [B, M, 2*H*D]``, equal to projecting the (layer-normed) rows. The layer norm's
